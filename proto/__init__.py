@@ -1,0 +1,12 @@
+"""proto: a sans-I/O codec for 9P2000 (intro(5)).
+
+Bytes in, frozen message dataclasses out, and back.  Nothing here touches
+sockets, asyncio or logging; the server and the client each wrap it in their
+own I/O.  Malformed input raises ProtocolError and nothing else.
+"""
+from .const import *  # noqa: F401,F403
+from .errors import ProtocolError
+from .messages import *  # noqa: F401,F403
+from .codec import encode, decode, encode_dir, decode_dir, decode_dirs  # noqa: F401
+from .framing import Framer  # noqa: F401
+from .fmt import format_msg, parse_msg  # noqa: F401

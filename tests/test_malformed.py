@@ -1,0 +1,82 @@
+"""Malformed frames sent raw over a real socket close only that connection."""
+from __future__ import annotations
+
+import shutil
+import socket
+import struct
+
+import pytest
+from py9p import OREAD, Client
+
+from proto import Tversion, encode
+from fakes import ThreadServer, make_fs, short_tmpdir
+
+
+@pytest.fixture(scope="module")
+def server():
+    tmp = short_tmpdir()
+    srv = ThreadServer(make_fs(tmp), [f"unix!{tmp}/ns/toolsrv"]).start()
+    yield srv
+    srv.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def frame(type_: int, body: bytes, tag: int = 1, size: int | None = None) -> bytes:
+    n = 7 + len(body) if size is None else size
+    return struct.pack("<IBH", n, type_, tag) + body
+
+
+def s(x: str | bytes) -> bytes:
+    b = x.encode() if isinstance(x, str) else x
+    return struct.pack("<H", len(b)) + b
+
+
+MALFORMED = {
+    "size below 7": struct.pack("<IBH", 6, 100, 0xFFFF),
+    "size above msize": struct.pack("<IBH", 10_000_000, 100, 0xFFFF),
+    "unknown type": frame(99, b""),
+    "Terror type": frame(106, b""),
+    "string past the frame": frame(100, struct.pack("<I", 8192) + struct.pack("<H", 50) + b"9P"),
+    "trailing bytes": frame(108, struct.pack("<H", 1) + b"junk"),
+    "17 walk names": frame(110, struct.pack("<IIH", 0, 1, 17) + b"".join(s("a") for _ in range(17))),
+    "invalid utf-8 name": frame(110, struct.pack("<IIH", 0, 1, 1) + s(b"\xff\xfe")),
+    "write count past the frame": frame(118, struct.pack("<IQI", 0, 0, 100) + b"abc"),
+}
+
+
+def negotiated_socket(path: str) -> socket.socket:
+    sk = socket.socket(socket.AF_UNIX)
+    sk.settimeout(10)
+    sk.connect(path)
+    sk.sendall(encode(Tversion(0xFFFF, 8192 + 24, "9P2000")))
+    assert sk.recv(100)[4] == 101   # Rversion
+    return sk
+
+
+@pytest.mark.parametrize("name", list(MALFORMED))
+def test_malformed_frame_closes_only_that_connection(server, name):
+    path = server.addrs[0].path
+    good = Client.connect_unix(path, msize=8192 + 24)
+    good.negotiate()
+    good.attach(0, uname="good")
+    bad = negotiated_socket(path)
+    bad.sendall(MALFORMED[name])
+    assert bad.recv(100) == b"", "the server should hang up on a malformed frame"
+    bad.close()
+    # the other connection never noticed
+    good.walk(0, 1, "revision")
+    good.open(1, OREAD)
+    assert good.read(1) == b"0\n"
+    good.close()
+
+
+def test_half_frame_then_hangup_leaves_server_serving(server):
+    path = server.addrs[0].path
+    bad = negotiated_socket(path)
+    bad.sendall(struct.pack("<IBH", 100, 116, 1) + b"\x00" * 10)   # 17 of 100 bytes
+    bad.close()
+    good = Client.connect_unix(path, msize=8192 + 24)
+    good.negotiate()
+    good.attach(0)
+    assert good.walk(0, 1, "tools/index")
+    good.close()

@@ -1,0 +1,191 @@
+"""The `toolsrv` command: `serve`, and client verbs that mirror plan9port's 9p(1).
+
+    toolsrv serve [-a ADDR]... [--tools PATH[:PATH]] [--state DIR] [-D]
+    toolsrv ls [-l] | read | write | rdwr [DATA] | stat | mkdir | rm  [-a ADDR] PATH
+    toolsrv call SESSION AGENT TOOL JSON
+    toolsrv sandbox check [PROFILE]      toolsrv approve [--allow TOOL...]
+    toolsrv mount [MOUNTPOINT]           toolsrv umount [MOUNTPOINT]
+
+Client verbs exit 1 with the server's error on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import stat as statmod
+import sys
+from typing import Any
+
+from . import dial
+
+
+def _addr_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-a", "--addr", default=os.environ.get("TOOLSRV_ADDR"),
+                   help="dial string (default unix!$NAMESPACE/toolsrv or $TOOLSRV_ADDR)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="toolsrv", description="a 9P2000 server of tools for agents")
+    sub = ap.add_subparsers(dest="verb", required=True)
+    s = sub.add_parser("serve", help="run the server")
+    s.add_argument("-a", "--addr", action="append", default=[],
+                   help="listen on this dial string (repeatable): unix!PATH or tcp!HOST!PORT")
+    s.add_argument("--tools", help="tool search path, colon-separated (default: "
+                   "$OLLIE_TOOLS_PATH, else ~/.config/ollie/tools then the bundled data/tools)")
+    s.add_argument("--state", help="state directory (default $XDG_STATE_HOME/toolsrv)")
+    s.add_argument("--no-state", action="store_true", help="keep no state on disk")
+    s.add_argument("-D", dest="trace", action="store_true", help="print every 9P message")
+    s.add_argument("-v", dest="verbose", action="store_true", help="log more")
+    s.add_argument("--msize", type=int, default=65536 + 24)
+    s.add_argument("--listen-any", action="store_true", help="allow a non-loopback TCP address")
+    s.add_argument("--allow-uid", type=int, action="append", default=[],
+                   help="also accept Unix-socket peers with this uid")
+    s.add_argument("--timeout", type=float, default=30.0, help="default tool timeout, seconds")
+    s.add_argument("--max-runs", type=int, default=16, help="concurrent tool runs, server-wide")
+    s.add_argument("--run-as", default="nobody", help="uid tools run as when serving as root")
+    s.add_argument("--revwait-timeout", type=float, default=60.0)
+    s.add_argument("--mount", metavar="DIR", help="mount with 9pfuse on start, unmount on exit")
+    for verb, helptext in [("ls", "list a directory"), ("read", "print a file"),
+                           ("write", "copy stdin to a file"),
+                           ("rdwr", "write DATA (or stdin), print what the same fid reads back"),
+                           ("stat", "print a file's stat"), ("mkdir", "make a session or agent"),
+                           ("rm", "remove a session or agent")]:
+        c = sub.add_parser(verb, help=helptext)
+        _addr_arg(c)
+        if verb == "ls":
+            c.add_argument("-l", dest="long", action="store_true")
+        c.add_argument("path")
+        if verb == "rdwr":
+            c.add_argument("data", nargs="?")
+    c = sub.add_parser("call", help="call a tool: creates the session and agent, loads the tool")
+    _addr_arg(c)
+    for name in ("session", "agent", "tool", "json"):
+        c.add_argument(name)
+    sb = sub.add_parser("sandbox", help="sandbox profiles")
+    sb.add_argument("action", choices=["check"])
+    sb.add_argument("profile", nargs="?", default="default")
+    ap_ = sub.add_parser("approve", help="run the reference elevation broker")
+    ap_.add_argument("rest", nargs=argparse.REMAINDER)
+    m = sub.add_parser("mount", help="mount the running server with 9pfuse")
+    _addr_arg(m)
+    m.add_argument("mountpoint", nargs="?")
+    u = sub.add_parser("umount", help="unmount a 9pfuse mount")
+    u.add_argument("mountpoint", nargs="?")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    try:
+        if args.verb == "serve":
+            return serve(args)
+        if args.verb == "sandbox":
+            from .sandbox import sandbox_check_main
+            return sandbox_check_main([args.profile])
+        if args.verb == "approve":
+            from .elevation import approve_main
+            return approve_main(args.rest)
+        if args.verb in ("mount", "umount"):
+            from .mount import mount_main
+            return mount_main(args)
+        return client_verb(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+def serve(args: Any) -> int:
+    from .app import App, Options
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="toolsrv: %(message)s")
+    opts = Options(addrs=args.addr, tools=args.tools.split(":") if args.tools else None,
+                   state_dir=args.state, persist=not args.no_state, msize=args.msize,
+                   trace=args.trace, listen_any=args.listen_any, allow_uids=args.allow_uid,
+                   timeout=args.timeout, max_runs=args.max_runs, run_as=args.run_as,
+                   revwait_timeout=args.revwait_timeout)
+
+    async def run() -> int:
+        app = App(opts)
+        try:
+            await app.start()
+        except Exception as e:
+            print(f"toolsrv: {e}", file=sys.stderr)
+            return 1
+        from .banner import banner
+        print(banner(app), file=sys.stderr, flush=True)
+        mounted = None
+        if args.mount:
+            from .mount import mount
+            mounted = mount(str(app.addrs[0]), args.mount)
+        try:
+            await app.run()
+        finally:
+            if mounted:
+                from .mount import umount
+                umount(mounted)
+        return 0
+
+    return asyncio.run(run())
+
+
+def _fmt_mode(mode: int) -> str:
+    kind = "d" if mode & 0x80000000 else "-"
+    return kind + statmod.filemode(mode & 0o777)[1:]
+
+
+def client_verb(args: Any) -> int:
+    from .client import Client, ClientError
+    try:
+        c = Client.connect(args.addr)
+    except (OSError, ValueError) as e:
+        where = args.addr or str(dial.default_addr())
+        print(f"toolsrv: cannot connect to {where}: {e}", file=sys.stderr)
+        return 1
+    try:
+        return _run_verb(c, args)
+    except ClientError as e:
+        print(f"toolsrv: {args.path if hasattr(args, 'path') else args.tool}: {e}",
+              file=sys.stderr)
+        return 1
+    finally:
+        c.close()
+
+
+def _run_verb(c: Any, args: Any) -> int:
+    out = sys.stdout.buffer
+    v = args.verb
+    if v == "read":
+        out.write(c.read(args.path))
+    elif v == "write":
+        c.write(args.path, sys.stdin.buffer.read())
+    elif v == "rdwr":
+        data = args.data.encode() if args.data is not None else sys.stdin.buffer.read()
+        out.write(c.rdwr(args.path, data))
+    elif v == "ls":
+        for d in sorted(c.ls(args.path), key=lambda d: d.name):
+            if args.long:
+                out.write(f"{_fmt_mode(d.mode)} {d.uid} {d.length:8d} {d.name}\n".encode())
+            else:
+                out.write((d.name + ("/" if d.mode & 0x80000000 else "") + "\n").encode())
+    elif v == "stat":
+        d = c.stat(args.path)
+        out.write((f"{d.name} {_fmt_mode(d.mode)} length {d.length} qid "
+                   f"({d.qid.path:016x} {d.qid.vers} {d.qid.type:02x}) "
+                   f"uid {d.uid} mtime {d.mtime}\n").encode())
+    elif v == "mkdir":
+        c.mkdir(args.path)
+    elif v == "rm":
+        c.rm(args.path)
+    elif v == "call":
+        from .shortcut import call
+        out.write(call(c, args.session, args.agent, args.tool, args.json))
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

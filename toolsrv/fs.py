@@ -1,0 +1,300 @@
+"""The toolsrv namespace (DESIGN.md section 2), generated from live state.
+
+    /revision  /revwait  /tools/{index,errors,<tool>/{meta,schema,prompt}}
+    /session/<id>/{cwd,sandbox,agent/<name>/...}
+
+Every node is built on demand from the registry and the session store; the
+agent directory's contents come from `agent_entries`, a hook filled in by
+the call-file layer (toolfile.py).  Qid keys name what a node stands for, so
+a session's keys carry its serial and a re-created session gets new paths.
+
+Files inside a session answer Tremove with success and no effect, so that
+`rm -r session/<id>` through 9pfuse (which unlinks every file before the
+directory) works; removing the session or agent directory is what ends it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Callable, Iterable
+
+from proto import DMDIR
+
+from . import errors as E
+from .errors import P9Error
+from .sessions import Agent, Session, SessionStore
+from .tree import Dir_, Node, Qids, TextFile, snapshot_read
+
+log = logging.getLogger("toolsrv.fs")
+
+
+class ToolsrvFS:
+    """Builds the tree and answers Tattach with its root."""
+
+    def __init__(self, registry: Any, store: SessionStore, *, revwait_timeout: float = 60.0,
+                 agent_entries: Callable[["AgentDir"], Iterable[Node]] | None = None) -> None:
+        self.registry = registry
+        self.store = store
+        self.revwait_timeout = revwait_timeout
+        self.agent_entries = agent_entries
+        self.qids = Qids()
+        self.attaches: list[tuple[str, str, str]] = []
+        r = self.root = Dir_("/", self.qids.path(("root",)), None, self._root_entries)
+        self._fixed = [
+            TextFile("revision", self.q("revision"), r, self._revision_text,
+                     version=lambda: self.registry.revision),
+            RevwaitFile("revwait", self.q("revwait"), r, self),
+            Dir_("tools", self.q("tools"), r, self._tools_entries),
+            SessionRoot("session", self.q("session"), r, self),
+        ]
+        store.on_remove_agent.append(self._forget_agent)
+
+    def q(self, *key: Any) -> int:
+        return self.qids.path(key)
+
+    def attach(self, uname: str, aname: str, conn: Any) -> Node:
+        log.info("attach: conn %s uname %r aname %r", getattr(conn, "name", "?"), uname, aname)
+        self.attaches.append((getattr(conn, "name", "?"), uname, aname))
+        del self.attaches[:-100]
+        return self.root
+
+    def _root_entries(self, d: Dir_) -> list[Node]:
+        return self._fixed
+
+    def _revision_text(self) -> bytes:
+        return f"{self.registry.revision}\n".encode()
+
+    # -- tools/ --
+    def _tools_entries(self, d: Dir_) -> list[Node]:
+        reg = self.registry
+        nodes: list[Node] = [
+            TextFile("index", self.q("tools", "index"), d, lambda: reg.index_text().encode()),
+            TextFile("errors", self.q("tools", "errors"), d, lambda: reg.errors_text().encode()),
+        ]
+        nodes += [ToolDir(name, self.q("tool", name), d, self) for name in sorted(reg.tools)]
+        return nodes
+
+    def _forget_agent(self, a: Agent) -> None:
+        s = a.session
+        self.qids.forget(("session", s.name, s.serial, "agent", a.name, a.serial))
+
+
+class RevwaitFile(Node):
+    """Blocks until the registry revision moves past the one seen at open."""
+
+    def __init__(self, name: str, qpath: int, parent: Node, fs: ToolsrvFS) -> None:
+        super().__init__(name, qpath, parent)
+        self.fs = fs
+
+    def length(self) -> int:
+        return len(f"{self.fs.registry.revision}\n")
+
+    def open(self, fid: Any, mode: int) -> None:
+        fid.aux["seen"] = self.fs.registry.revision
+
+    async def _wait(self, fid: Any, offset: int, count: int) -> bytes:
+        rev = await self.fs.registry.wait_change(fid.aux["seen"], self.fs.revwait_timeout)
+        fid.aux["snapshot"] = data = f"{rev}\n".encode()
+        return data[offset:offset + count]
+
+    def read(self, fid: Any, offset: int, count: int) -> Any:
+        if offset == 0 and "snapshot" not in fid.aux:
+            return self._wait(fid, offset, count)
+        return snapshot_read(fid, lambda: f"{self.fs.registry.revision}\n".encode(),
+                             offset, count)
+
+
+class ToolDir(Dir_):
+    """tools/<tool>/: the tool's resolved definition, schema and prompt."""
+
+    def __init__(self, name: str, qpath: int, parent: Node, fs: ToolsrvFS) -> None:
+        super().__init__(name, qpath, parent)
+        self.fs = fs
+
+    def alive(self) -> bool:
+        return self.fs.registry.get(self.name) is not None
+
+    def _tool(self) -> Any:
+        t = self.fs.registry.get(self.name)
+        if t is None:
+            raise P9Error(E.ENOTFOUND)
+        return t
+
+    def children(self) -> list[Node]:
+        q = self.fs.q
+        return [
+            TextFile("meta", q("tool", self.name, "meta"), self,
+                     lambda: json_text(self._tool().meta_json())),
+            TextFile("schema", q("tool", self.name, "schema"), self,
+                     lambda: json_text(self._tool().schema)),
+            TextFile("prompt", q("tool", self.name, "prompt"), self,
+                     lambda: self._tool().prompt.encode()),
+        ]
+
+
+def json_text(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+class SessionRoot(Dir_):
+    """session/: one directory per session; mkdir creates one."""
+
+    perm = 0o777
+
+    def __init__(self, name: str, qpath: int, parent: Node, fs: ToolsrvFS) -> None:
+        super().__init__(name, qpath, parent)
+        self.fs = fs
+
+    def children(self) -> list[Node]:
+        return [self._node(s) for s in self.fs.store.sessions.values()]
+
+    def lookup(self, name: str) -> Node | None:
+        s = self.fs.store.sessions.get(name)
+        return self._node(s) if s else None
+
+    def _node(self, s: Session) -> "SessionDir":
+        return SessionDir(s, self.fs.q("session", s.name, s.serial), self, self.fs)
+
+    def create(self, name: str, perm: int, mode: int, fid: Any) -> Node:
+        if not perm & DMDIR:
+            raise P9Error(E.ECREATE)
+        return self._node(self.fs.store.create(name))
+
+
+class SessionDir(Dir_):
+    perm = 0o777
+
+    def __init__(self, s: Session, qpath: int, parent: Node, fs: ToolsrvFS) -> None:
+        super().__init__(s.name, qpath, parent)
+        self.s, self.fs = s, fs
+
+    def alive(self) -> bool:
+        return self.s.alive
+
+    def remove(self) -> None:
+        self.fs.store.remove(self.s.name)
+        self.fs.qids.forget(("session", self.s.name, self.s.serial))
+
+    def children(self) -> list[Node]:
+        s, st, key = self.s, self.fs.store, ("session", self.s.name, self.s.serial)
+        return [
+            ValueFile("cwd", self.fs.q(*key, "cwd"), self, lambda: s.cwd,
+                      lambda v: st.set_cwd(s, v)),
+            ValueFile("sandbox", self.fs.q(*key, "sandbox"), self, lambda: s.sandbox,
+                      lambda v: st.set_sandbox(s, v)),
+            AgentRoot("agent", self.fs.q(*key, "agent"), self, self.fs),
+        ]
+
+
+class AgentRoot(Dir_):
+    """session/<id>/agent/: one directory per agent; mkdir creates one."""
+
+    perm = 0o777
+
+    def __init__(self, name: str, qpath: int, parent: SessionDir, fs: ToolsrvFS) -> None:
+        super().__init__(name, qpath, parent)
+        self.s, self.fs = parent.s, fs
+
+    def remove(self) -> None:
+        return None  # rm -r unlinks it before the session; the session's removal ends it
+
+    def _node(self, a: Agent) -> "AgentDir":
+        s = self.s
+        return AgentDir(a, self.fs.q("session", s.name, s.serial, "agent", a.name, a.serial),
+                        self, self.fs)
+
+    def children(self) -> list[Node]:
+        return [self._node(a) for a in self.s.agents.values()]
+
+    def lookup(self, name: str) -> Node | None:
+        a = self.s.agents.get(name)
+        return self._node(a) if a else None
+
+    def create(self, name: str, perm: int, mode: int, fid: Any) -> Node:
+        if not perm & DMDIR:
+            raise P9Error(E.ECREATE)
+        return self._node(self.fs.store.create_agent(self.s, name))
+
+
+class AgentDir(Dir_):
+    perm = 0o777
+
+    def __init__(self, a: Agent, qpath: int, parent: AgentRoot, fs: ToolsrvFS) -> None:
+        super().__init__(a.name, qpath, parent)
+        self.a, self.fs = a, fs
+
+    def key(self, *rest: Any) -> int:
+        s, a = self.a.session, self.a
+        return self.fs.q("session", s.name, s.serial, "agent", a.name, a.serial, *rest)
+
+    def alive(self) -> bool:
+        return self.a.alive
+
+    def remove(self) -> None:
+        self.fs.store.remove_agent(self.a.session, self.a.name)
+
+    def children(self) -> Iterable[Node]:
+        return self.fs.agent_entries(self) if self.fs.agent_entries else ()
+
+
+class ValueFile(Node):
+    """A one-line read-write setting (cwd, sandbox), applied on each Twrite.
+
+    A fid's writes accumulate (so a value split over Twrites still arrives
+    whole) and the stripped text is validated and applied at once, so the
+    error reaches the writer.  Empty text is a truncate, never an action.
+    """
+
+    perm = 0o666
+
+    def __init__(self, name: str, qpath: int, parent: Node,
+                 get: Callable[[], str], put: Callable[[str], None]) -> None:
+        super().__init__(name, qpath, parent)
+        self.get, self.put = get, put
+
+    def _text(self) -> bytes:
+        return f"{self.get()}\n".encode()
+
+    def length(self) -> int:
+        return len(self._text())
+
+    def read(self, fid: Any, offset: int, count: int) -> bytes:
+        return snapshot_read(fid, self._text, offset, count)
+
+    def write(self, fid: Any, offset: int, data: bytes) -> int:
+        buf = fid.aux.setdefault("wbuf", bytearray())
+        buf += data
+        try:
+            value = buf.decode().strip()
+        except UnicodeDecodeError:
+            raise P9Error(f"{self.name}: illegal UTF-8") from None
+        if value:
+            self.put(value)
+        return len(data)
+
+    def truncate(self, fid: Any) -> None:
+        fid.aux.pop("wbuf", None)
+
+    def remove(self) -> None:
+        return None
+
+
+class EmptyRegistry:
+    """A registry with no tools (the tree's seam before one is configured)."""
+
+    revision = 0
+    tools: dict = {}
+
+    def get(self, name: str) -> None:
+        return None
+
+    def index_text(self) -> str:
+        return ""
+
+    def errors_text(self) -> str:
+        return ""
+
+    async def wait_change(self, seen: int, timeout: float) -> int:
+        import asyncio
+        await asyncio.sleep(timeout)
+        return self.revision

@@ -1,0 +1,398 @@
+"""The 9P2000 server core, cut like plan9port's lib9p srv.c.
+
+`Conn.receive(msg)` is the one entry point for a decoded T-message.  It runs
+every precondition check in one place (version negotiated, duplicate tag,
+unknown fid, fid in use, walk from an open fid, open mode against the file's
+permissions, directory-read offsets) and then a small handler per message
+type.  A handler returns the reply, or an awaitable of it when the node may
+block (a call's result, revwait); the awaitable runs as a task keyed by its
+tag, so one blocking read never stalls the connection.
+
+Every request ends through `_respond`, which frees the tag, writes the reply
+and then any Rflush waiting on it.  Tflush cancels the flushed task; the
+cancelled request answers `interrupted` and its Rflush follows.  A handler
+that raises P9Error answers Rerror with that string; any other exception
+answers a short Rerror and is logged — the connection keeps serving.
+Tversion mid-connection and hang-up both abort every request (their replies
+are dropped) and clunk every fid.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from proto import (
+    IOHDRSZ, MAXWELEM, NOFID, NOTOUCH16, NOTOUCH32, NOTOUCH64, OCEXEC, OEXEC, ORCLOSE,
+    ORDWR, OREAD, OTRUNC, OWRITE, Qid, Rattach, Rclunk, Rcreate, Rerror, Rflush, Ropen,
+    Rread, Rremove, Rstat, Rversion, Rwalk, Rwrite, Rwstat, Tattach, Tauth, Tclunk,
+    Tcreate, Tflush, Topen, Tread, Tremove, Tstat, Tversion, Twalk, Twrite, Twstat,
+    encode_dir, format_msg,
+)
+
+from . import errors as E
+from .errors import P9Error
+from .fid import Fid
+from .names import valid_name
+from .tree import Node
+
+log = logging.getLogger("toolsrv.server")
+
+DEFAULT_MSIZE = 65536 + IOHDRSZ
+_PENDING = object()  # a handler's "the reply comes later" (Tflush)
+
+
+class Later:
+    """A handler's answer that needs waiting: `post(await aw)` is the reply."""
+    __slots__ = ("aw", "post")
+
+    def __init__(self, aw: Any, post: Callable[[Any], Any]) -> None:
+        self.aw, self.post = aw, post
+
+
+@dataclass
+class ServerConfig:
+    msize: int = DEFAULT_MSIZE      # largest msize the server agrees to
+    max_fids: int = 4096            # per connection
+    max_inflight: int = 256         # outstanding requests per connection
+    trace: Callable[[str], None] | None = None   # -D: one line per message
+
+
+class Conn:
+    """One client connection's 9P state: fids, in-flight tags, msize."""
+
+    def __init__(self, fs: Any, send: Callable[[Any], None], config: ServerConfig,
+                 name: str = "c", on_msize: Callable[[int], None] | None = None) -> None:
+        self.fs = fs                  # has .attach(uname, aname, conn) -> Node
+        self.send = send              # writes one reply message
+        self.config = config
+        self.name = name
+        self.on_msize = on_msize
+        self.msize = 0                # 0: Tversion not yet accepted
+        self.fids: dict[int, Fid] = {}
+        self.inflight: dict[int, Any] = {}
+        self.flushes: dict[int, list[int]] = {}
+        self.unames: set[str] = set()
+        self.closed = False
+        self._handlers = {
+            Tauth: self._auth, Tattach: self._attach, Tflush: self._flush,
+            Twalk: self._walk, Topen: self._open, Tcreate: self._create,
+            Tread: self._read, Twrite: self._write, Tclunk: self._clunk,
+            Tremove: self._remove, Tstat: self._stat, Twstat: self._wstat,
+        }
+
+    # -- the one entry point --
+    def receive(self, m: Any) -> None:
+        """Handle one decoded message; the reply is sent now or by a task later."""
+        trace = self.config.trace
+        if trace:
+            trace(f"{self.name} <- {format_msg(m)}")
+        if type(m) is Tversion:
+            return self._version(m)
+        tag = m.tag
+        if not self.msize:
+            return self.send_reply(Rerror(tag, E.ENOVERSION))
+        if tag in self.inflight:
+            return self.send_reply(Rerror(tag, E.EDUPTAG))
+        handler = self._handlers.get(type(m))
+        if handler is None:
+            return self.send_reply(Rerror(tag, "illegal message type (invalid argument)"))
+        if len(self.inflight) >= self.config.max_inflight:
+            return self.send_reply(Rerror(tag, E.EBUSY + ": requests in flight"))
+        self.inflight[tag] = None
+        try:
+            r = handler(m)
+        except P9Error as e:
+            r = Rerror(tag, e.ename)
+        except Exception:
+            log.exception("%s: %s failed", self.name, type(m).__name__)
+            r = Rerror(tag, E.EINTERNAL)
+        if r is _PENDING:
+            return None
+        if type(r) is Later:
+            task = asyncio.get_running_loop().create_task(self._finish(tag, r))
+            task.add_done_callback(lambda t: self._cancelled_early(tag, t, r.aw))
+            self.inflight[tag] = task
+            return None
+        self._respond(tag, r)
+        return None
+
+    async def _finish(self, tag: int, later: Later) -> None:
+        me = asyncio.current_task()
+        try:
+            r = later.post(await later.aw)
+        except asyncio.CancelledError:
+            r = Rerror(tag, E.EINTR)
+        except P9Error as e:
+            r = Rerror(tag, e.ename)
+        except Exception:
+            log.exception("%s: request tag %d failed", self.name, tag)
+            r = Rerror(tag, E.EINTERNAL)
+        if self.inflight.get(tag) is me:
+            self._respond(tag, r)
+
+    def _cancelled_early(self, tag: int, task: asyncio.Task, aw: Any) -> None:
+        """A task flushed before it ever ran still owes its reply."""
+        if task.cancelled():
+            if inspect.iscoroutine(aw):
+                aw.close()
+            if self.inflight.get(tag) is task:
+                self._respond(tag, Rerror(tag, E.EINTR))
+
+    def _respond(self, tag: int, r: Any) -> None:
+        """The one way a request ends: free the tag, reply, then its Rflushes."""
+        self.inflight.pop(tag, None)
+        self.send_reply(r)
+        for ftag in self.flushes.pop(tag, ()):
+            self.inflight.pop(ftag, None)
+            self.send_reply(Rflush(ftag))
+
+    def send_reply(self, r: Any) -> None:
+        if self.closed:
+            return
+        if self.config.trace:
+            self.config.trace(f"{self.name} -> {format_msg(r)}")
+        self.send(r)
+
+    # -- lifecycle --
+    def _abort_all(self) -> None:
+        """Cancel every request (dropping its reply) and clunk every fid."""
+        tasks = [t for t in self.inflight.values() if isinstance(t, asyncio.Task)]
+        self.inflight.clear()
+        self.flushes.clear()
+        for t in tasks:
+            t.cancel()
+        fids, self.fids = self.fids, {}
+        for fid in fids.values():
+            self._clunk_node(fid)
+
+    def hangup(self) -> None:
+        """The client went away: cancel its requests and clunk its fids."""
+        if not self.closed:
+            self.closed = True
+            self._abort_all()
+
+    def _clunk_node(self, fid: Fid) -> None:
+        try:
+            fid.node.clunk(fid)
+        except Exception:
+            log.exception("%s: clunk of fid %d failed", self.name, fid.num)
+
+    # -- helpers --
+    def _fid(self, num: int) -> Fid:
+        fid = self.fids.get(num)
+        if fid is None:
+            raise P9Error(E.EUNKFID)
+        return fid
+
+    def _live(self, fid: Fid) -> Node:
+        if not fid.node.alive():
+            raise P9Error(E.ENOTFOUND)
+        return fid.node
+
+    def _newfid(self, num: int) -> None:
+        if num in self.fids or num == NOFID:
+            raise P9Error(E.EFIDINUSE)
+        if len(self.fids) >= self.config.max_fids:
+            raise P9Error(E.EBUSY + ": fids per connection")
+
+    def iounit(self) -> int:
+        return self.msize - IOHDRSZ
+
+    # -- handlers, one per message type --
+    def _version(self, m: Tversion) -> None:
+        self._abort_all()
+        if m.msize < 256:
+            self.msize = 0
+            return self.send_reply(Rerror(m.tag, "msize too small (invalid argument)"))
+        msize = min(m.msize, self.config.msize)
+        if m.version.startswith("9P2000"):
+            self.msize = msize
+            if self.on_msize:
+                self.on_msize(msize)
+            return self.send_reply(Rversion(m.tag, msize, "9P2000"))
+        self.msize = 0
+        return self.send_reply(Rversion(m.tag, msize, "unknown"))
+
+    def _auth(self, m: Tauth) -> Any:
+        raise P9Error(E.ENOAUTH)
+
+    def _attach(self, m: Tattach) -> Rattach:
+        self._newfid(m.fid)
+        if m.afid != NOFID:
+            raise P9Error(E.ENOAUTH)
+        node = self.fs.attach(m.uname, m.aname, self)
+        self.unames.add(m.uname)
+        self.fids[m.fid] = Fid(m.fid, node, uname=m.uname)
+        return Rattach(m.tag, node.qid())
+
+    def _flush(self, m: Tflush) -> Any:
+        old = self.inflight.get(m.oldtag)
+        if m.oldtag == m.tag or old is None:
+            return Rflush(m.tag)
+        root = old[1] if isinstance(old, tuple) else m.oldtag
+        self.flushes.setdefault(root, []).append(m.tag)
+        self.inflight[m.tag] = ("flush", root)
+        target = self.inflight.get(root)
+        if isinstance(target, asyncio.Task):
+            target.cancel()
+        return _PENDING
+
+    def _walk(self, m: Twalk) -> Rwalk:
+        fid = self._fid(m.fid)
+        if fid.is_open:
+            raise P9Error(E.EWALKOPEN)
+        if m.newfid != m.fid:
+            self._newfid(m.newfid)
+        node = self._live(fid)
+        qids: list[Qid] = []
+        err = E.ENOTFOUND
+        for name in m.wname:
+            if not node.is_dir:
+                err = E.ENOTDIR
+                break
+            nxt = node.parent if name == ".." else (
+                node.lookup(name) if valid_name(name) else None)
+            if nxt is None:
+                break
+            node = nxt
+            qids.append(node.qid())
+        if len(qids) < len(m.wname):
+            if not qids:
+                raise P9Error(err)
+            return Rwalk(m.tag, tuple(qids))
+        if m.newfid == m.fid:
+            fid.node = node
+        else:
+            self.fids[m.newfid] = Fid(m.newfid, node, uname=fid.uname)
+        return Rwalk(m.tag, tuple(qids))
+
+    def _check_open(self, node: Node, mode: int) -> None:
+        if mode & ~(3 | OTRUNC | OCEXEC | ORCLOSE):
+            raise P9Error(E.EBADMODE)
+        acc = mode & 3
+        if node.is_dir:
+            if acc != OREAD or mode & (OTRUNC | ORCLOSE):
+                raise P9Error(E.EISDIR)
+            return
+        if acc == OEXEC or (mode & ORCLOSE):
+            raise P9Error(E.EPERM)
+        if acc in (OWRITE, ORDWR) or mode & OTRUNC:
+            if not node.writable():
+                raise P9Error(E.EPERM)
+        if acc in (OREAD, ORDWR) and not node.perm & 0o444:
+            raise P9Error(E.EPERM)
+
+    def _open(self, m: Topen) -> Any:
+        fid = self._fid(m.fid)
+        if fid.is_open:
+            raise P9Error(E.EOPEN)
+        node = self._live(fid)
+        self._check_open(node, m.mode)
+        if m.mode & OTRUNC:
+            node.truncate(fid)
+        r = node.open(fid, m.mode)
+        if inspect.isawaitable(r):
+            return Later(r, lambda _: self._opened(fid, m))
+        return self._opened(fid, m)
+
+    def _opened(self, fid: Fid, m: Topen) -> Ropen:
+        fid.omode = m.mode
+        return Ropen(m.tag, fid.node.qid(), self.iounit())
+
+    def _create(self, m: Tcreate) -> Rcreate:
+        fid = self._fid(m.fid)
+        if fid.is_open:
+            raise P9Error(E.EOPEN)
+        node = self._live(fid)
+        if not node.is_dir:
+            raise P9Error(E.ENOTDIR)
+        if not valid_name(m.name):
+            raise P9Error(E.EBADNAME)
+        if node.lookup(m.name) is not None:
+            raise P9Error(E.EEXIST)
+        new = node.create(m.name, m.perm, m.mode, fid)
+        self._check_open(new, m.mode)
+        r = new.open(fid, m.mode)
+        if inspect.isawaitable(r):
+            r.close()  # created nodes open synchronously
+        fid.node = new
+        fid.omode = m.mode
+        return Rcreate(m.tag, new.qid(), self.iounit())
+
+    def _read(self, m: Tread) -> Any:
+        fid = self._fid(m.fid)
+        if not fid.can_read():
+            raise P9Error(E.ENOTOPEN)
+        count = min(m.count, self.msize - IOHDRSZ)
+        node = fid.node
+        if node.is_dir:
+            return Rread(m.tag, self._dirread(fid, m.offset, count))
+        r = node.read(fid, m.offset, count)
+        if inspect.isawaitable(r):
+            return Later(r, lambda data: Rread(m.tag, data[:count]))
+        return Rread(m.tag, r[:count])
+
+    def _dirread(self, fid: Fid, offset: int, count: int) -> bytes:
+        if offset == 0:
+            fid.dir_entries = [encode_dir(c.stat()) for c in self._live(fid).children()]
+            fid.dir_index = 0
+        elif fid.dir_entries is None or offset != fid.dir_offset:
+            raise P9Error(E.EOFFSET)
+        entries, i, out, n = fid.dir_entries, fid.dir_index, [], 0
+        while i < len(entries) and n + len(entries[i]) <= count:
+            out.append(entries[i])
+            n += len(entries[i])
+            i += 1
+        if not out and i < len(entries):
+            raise P9Error(E.EDIRCOUNT)
+        fid.dir_index, fid.dir_offset = i, offset + n
+        return b"".join(out)
+
+    def _write(self, m: Twrite) -> Any:
+        fid = self._fid(m.fid)
+        if not fid.can_write():
+            raise P9Error(E.ENOTOPEN)
+        node = self._live(fid)
+        r = node.write(fid, m.offset, m.data)
+        if inspect.isawaitable(r):
+            return Later(r, lambda n: Rwrite(m.tag, n))
+        return Rwrite(m.tag, r)
+
+    def _clunk(self, m: Tclunk) -> Rclunk:
+        fid = self.fids.pop(m.fid, None)
+        if fid is None:
+            raise P9Error(E.EUNKFID)
+        self._clunk_node(fid)
+        return Rclunk(m.tag)
+
+    def _remove(self, m: Tremove) -> Rremove:
+        fid = self.fids.pop(m.fid, None)
+        if fid is None:
+            raise P9Error(E.EUNKFID)
+        self._clunk_node(fid)
+        self._live(fid).remove()
+        return Rremove(m.tag)
+
+    def _stat(self, m: Tstat) -> Rstat:
+        return Rstat(m.tag, self._live(self._fid(m.fid)).stat())
+
+    def _wstat(self, m: Twstat) -> Rwstat:
+        """Accept what shells send: nothing, times only, or truncate to 0."""
+        fid = self._fid(m.fid)
+        node = self._live(fid)
+        d, cur = m.stat, node.stat()
+        fixed = (d.type == NOTOUCH16 and d.dev == NOTOUCH32 and d.qid == Qid.NOTOUCH
+                 and d.mode in (NOTOUCH32, cur.mode) and d.name in ("", cur.name)
+                 and d.uid in ("", cur.uid) and d.gid in ("", cur.gid)
+                 and d.muid in ("", cur.muid))
+        if not fixed or d.length not in (NOTOUCH64, 0, cur.length):
+            raise P9Error(E.EWSTAT)
+        if d.length == 0 and not node.is_dir:
+            node.truncate(fid)
+        return Rwstat(m.tag)
+
+
+__all__ = ["Conn", "ServerConfig", "DEFAULT_MSIZE", "MAXWELEM"]

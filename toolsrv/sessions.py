@@ -1,0 +1,241 @@
+"""Sessions and agents: the state behind session/, and its persistence.
+
+A Session has a name, a working directory (`cwd`) and a sandbox profile
+name; it holds Agents, each with the ordered list of tools it has loaded and
+a bounded log.  Every session and agent carries a serial number that is new
+each time it is created, so a removed and re-created session gets new qid
+paths.
+
+By default a session's cwd is a private directory made for it under
+`work_dir` and removed with it; a cwd set by the client is used as it is and
+never removed.  When tools run as another uid (the server runs as root),
+the private directory is chowned to that uid so the tool can use it.
+
+The store saves itself to `<state_dir>/state.json` after every change, with
+an atomic write (temp file, fsync, rename): a crash or a full disk leaves
+the previous state intact.  On start a corrupt file is moved aside to
+`state.json.corrupt-<time>` and reported, never silently dropped.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import errors as E
+from .errors import P9Error
+from .names import valid_name
+
+log = logging.getLogger("toolsrv.sessions")
+
+LOG_LINES = 1000
+_serials = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Agent:
+    name: str
+    session: "Session"
+    serial: int = field(default_factory=lambda: next(_serials))
+    loaded: list[str] = field(default_factory=list)
+    log: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LOG_LINES))
+    extra: dict[str, Any] = field(default_factory=dict)   # per-tool call state (toolfile.py)
+    alive: bool = True
+
+    def note(self, line: str) -> None:
+        """Append one line to the agent's log, stamped with the time."""
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
+        self.log.append(f"{stamp} {' '.join(line.split())}")
+
+
+@dataclass(eq=False)
+class Session:
+    name: str
+    cwd: str
+    sandbox: str = "default"
+    private_cwd: bool = True
+    serial: int = field(default_factory=lambda: next(_serials))
+    agents: dict[str, Agent] = field(default_factory=dict)
+    alive: bool = True
+
+
+class SessionStore:
+    """All sessions of the server, saved to disk after every change."""
+
+    def __init__(self, state_dir: str | None, work_dir: str,
+                 tool_uid: tuple[int, int] | None = None,
+                 check_profile: Callable[[str], None] | None = None,
+                 max_sessions: int = 10000, max_agents: int = 256) -> None:
+        self.state_dir = state_dir
+        self.work_dir = work_dir
+        self.tool_uid = tool_uid
+        self.check_profile = check_profile
+        self.max_sessions = max_sessions
+        self.max_agents = max_agents
+        self.sessions: dict[str, Session] = {}
+        self.on_remove_agent: list[Callable[[Agent], None]] = []
+        self.mtime = int(time.time())
+
+    # -- sessions --
+    def create(self, name: str) -> Session:
+        if not valid_name(name):
+            raise P9Error(E.EBADNAME)
+        if name in self.sessions:
+            raise P9Error(E.EEXIST)
+        if len(self.sessions) >= self.max_sessions:
+            raise P9Error(E.EBUSY + ": sessions")
+        s = Session(name, self._make_private_cwd(name))
+        self.sessions[name] = s
+        self.save()
+        return s
+
+    def remove(self, name: str) -> None:
+        s = self.sessions.pop(name, None)
+        if s is None:
+            raise P9Error(E.ENOTFOUND)
+        for a in list(s.agents.values()):
+            self._drop_agent(a)
+        s.alive = False
+        if s.private_cwd:
+            shutil.rmtree(s.cwd, ignore_errors=True)
+        self.save()
+
+    def set_cwd(self, s: Session, path: str) -> None:
+        if not os.path.isabs(path) or not os.path.isdir(path):
+            raise P9Error(f"cwd: no such directory: {path}"[:120])
+        path = os.path.realpath(path)
+        if s.private_cwd and os.path.realpath(s.cwd) != path:
+            shutil.rmtree(s.cwd, ignore_errors=True)
+            s.private_cwd = False
+        s.cwd = path
+        self.save()
+
+    def set_sandbox(self, s: Session, name: str) -> None:
+        if not valid_name(name):
+            raise P9Error(f"sandbox: illegal profile name: {name!r}"[:120])
+        if self.check_profile:
+            try:
+                self.check_profile(name)
+            except Exception as e:   # the profile's own error names what is wrong
+                raise P9Error(f"sandbox: {e} (invalid argument)") from None
+        s.sandbox = name
+        self.save()
+
+    # -- agents --
+    def create_agent(self, s: Session, name: str) -> Agent:
+        if not valid_name(name):
+            raise P9Error(E.EBADNAME)
+        if name in s.agents:
+            raise P9Error(E.EEXIST)
+        if len(s.agents) >= self.max_agents:
+            raise P9Error(E.EBUSY + ": agents")
+        a = Agent(name, s)
+        s.agents[name] = a
+        self.save()
+        return a
+
+    def remove_agent(self, s: Session, name: str) -> None:
+        a = s.agents.pop(name, None)
+        if a is None:
+            raise P9Error(E.ENOTFOUND)
+        self._drop_agent(a)
+        self.save()
+
+    def _drop_agent(self, a: Agent) -> None:
+        a.alive = False
+        for fn in self.on_remove_agent:
+            try:
+                fn(a)
+            except Exception:
+                log.exception("agent removal hook failed")
+
+    # -- private working directories --
+    def _make_private_cwd(self, name: str) -> str:
+        os.makedirs(self.work_dir, mode=0o711, exist_ok=True)
+        path = os.path.join(self.work_dir, f"{name}.{os.getpid()}.{next(_serials)}")
+        os.mkdir(path, 0o700)
+        if self.tool_uid is not None:
+            os.chown(path, *self.tool_uid)
+        return path
+
+    # -- persistence --
+    def _path(self) -> str | None:
+        return os.path.join(self.state_dir, "state.json") if self.state_dir else None
+
+    def snapshot(self) -> dict:
+        return {"version": 1, "sessions": [
+            {"name": s.name, "cwd": s.cwd, "private_cwd": s.private_cwd, "sandbox": s.sandbox,
+             "agents": [{"name": a.name, "loaded": list(a.loaded)} for a in s.agents.values()]}
+            for s in self.sessions.values()]}
+
+    def save(self) -> None:
+        """Write the state atomically; on failure keep the old file and log."""
+        self.mtime = int(time.time())
+        path = self._path()
+        if path is None:
+            return
+        tmp = f"{path}.tmp.{os.getpid()}"
+        try:
+            os.makedirs(self.state_dir, mode=0o700, exist_ok=True)  # type: ignore[arg-type]
+            data = json.dumps(self.snapshot(), indent=1).encode()
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError as e:
+            log.error("state: cannot save %s: %s (previous state kept)", path, e)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+    def restore(self) -> list[str]:
+        """Load saved state; returns the problems found (each also logged)."""
+        path = self._path()
+        problems: list[str] = []
+        if path is None or not os.path.exists(path):
+            return problems
+        try:
+            with open(path, "rb") as f:
+                data = json.loads(f.read())
+            entries = data["sessions"]
+            assert isinstance(entries, list)
+        except (OSError, ValueError, KeyError, TypeError, AssertionError) as e:
+            aside = f"{path}.corrupt-{int(time.time())}"
+            os.replace(path, aside)
+            msg = f"state: {path} is corrupt ({type(e).__name__}: {e}); moved aside to {aside}"
+            log.error("%s", msg)
+            return [msg]
+        for ent in entries:
+            try:
+                self._restore_session(ent)
+            except Exception as e:
+                msg = f"state: session entry {str(ent)[:80]!r} skipped: {e}"
+                log.error("%s", msg)
+                problems.append(msg)
+        return problems
+
+    def _restore_session(self, ent: dict) -> None:
+        name = ent["name"]
+        if not valid_name(name) or name in self.sessions:
+            raise ValueError(f"bad or duplicate session name {name!r}")
+        cwd, private = ent["cwd"], bool(ent.get("private_cwd"))
+        if private and not os.path.isdir(cwd):
+            cwd = self._make_private_cwd(name)
+        s = Session(name, cwd, str(ent.get("sandbox", "default")), private)
+        for a in ent.get("agents", []):
+            if valid_name(a["name"]):
+                s.agents[a["name"]] = Agent(a["name"], s, loaded=[str(t) for t in a.get("loaded", [])])
+        self.sessions[name] = s
+

@@ -1,0 +1,171 @@
+"""The synthetic tree's node model: files and directories generated on demand.
+
+Nothing here is materialised.  A directory answers `lookup(name)` and
+`children()` by asking the state it stands for (the registry, the session
+store); a file answers `read`/`write` from a function.  Node objects are
+cheap and may be created afresh on every walk: what makes a node *the same
+file* is its qid path, which `Qids` derives from a key naming what the node
+stands for (("tool", name, "meta"), ("session", id, serial), ...).  A key
+keeps its path for the life of the server; a re-created session has a new
+serial and therefore new paths.  No path is ever 0 (9pfuse would make it
+inode 0, which directory listings hide).
+
+Handlers may return a value or an awaitable; the server awaits the latter in
+a task of its own, so a blocking read never stalls the connection.  Errors
+are raised as P9Error with a string from errors.py.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any, Awaitable, Callable, Iterable
+
+from proto import DMDIR, QTDIR, Dir, Qid
+
+from . import errors as E
+
+UID = "toolsrv"
+BOOT_TIME = int(time.time())
+
+
+class Qids:
+    """Stable qid paths derived from keys; paths start at 1 and never repeat."""
+
+    def __init__(self) -> None:
+        self._paths: dict[tuple, int] = {}
+        self._next = itertools.count(1)
+
+    def path(self, key: tuple) -> int:
+        p = self._paths.get(key)
+        if p is None:
+            p = self._paths[key] = next(self._next)
+        return p
+
+    def forget(self, prefix: tuple) -> None:
+        """Drop keys that start with `prefix` (a removed session or agent)."""
+        n = len(prefix)
+        for k in [k for k in self._paths if k[:n] == prefix]:
+            del self._paths[k]
+
+
+class Node:
+    """A file of the tree.  Subclasses override what they serve."""
+
+    is_dir = False
+    perm = 0o444
+
+    def __init__(self, name: str, qpath: int, parent: "Node | None" = None) -> None:
+        self.name = name
+        self.qpath = qpath
+        self.parent = parent if parent is not None else self
+
+    # -- identity and metadata --
+    def version(self) -> int:
+        return 0
+
+    def qid(self) -> Qid:
+        return Qid(QTDIR if self.is_dir else 0, self.version() & 0xFFFFFFFF, self.qpath)
+
+    def length(self) -> int:
+        return 0
+
+    def mode(self) -> int:
+        return (DMDIR if self.is_dir else 0) | self.perm
+
+    def stat(self) -> Dir:
+        return Dir(0, 0, self.qid(), self.mode(), BOOT_TIME, self.mtime(),
+                   0 if self.is_dir else self.length(), self.name, UID, UID, UID)
+
+    def mtime(self) -> int:
+        return BOOT_TIME
+
+    def alive(self) -> bool:
+        """False once what the node stands for is gone (a removed session)."""
+        return self.parent is self or self.parent.alive()
+
+    def writable(self) -> bool:
+        return bool(self.perm & 0o222)
+
+    # -- directories --
+    def lookup(self, name: str) -> "Node | None":
+        for c in self.children():
+            if c.name == name:
+                return c
+        return None
+
+    def children(self) -> Iterable["Node"]:
+        return ()
+
+    def create(self, name: str, perm: int, mode: int, fid: Any) -> "Node":
+        raise E.P9Error(E.ECREATE)
+
+    # -- files --
+    def open(self, fid: Any, mode: int) -> Awaitable[None] | None:
+        return None
+
+    def read(self, fid: Any, offset: int, count: int) -> bytes | Awaitable[bytes]:
+        raise E.P9Error(E.EPERM)
+
+    def write(self, fid: Any, offset: int, data: bytes) -> int | Awaitable[int]:
+        raise E.P9Error(E.EPERM)
+
+    def truncate(self, fid: Any) -> None:
+        """Length set to 0 by wstat or OTRUNC; writable files accept it."""
+        if not self.writable():
+            raise E.P9Error(E.EWSTAT)
+
+    def clunk(self, fid: Any) -> None:
+        return None
+
+    def remove(self) -> None:
+        raise E.P9Error(E.EREMOVE)
+
+
+class Dir_(Node):
+    """A directory whose entries come from a function."""
+
+    is_dir = True
+    perm = 0o555
+
+    def __init__(self, name: str, qpath: int, parent: Node | None,
+                 entries: Callable[["Dir_"], Iterable[Node]] | None = None) -> None:
+        super().__init__(name, qpath, parent)
+        self._entries = entries
+
+    def children(self) -> Iterable[Node]:
+        return self._entries(self) if self._entries else ()
+
+
+class TextFile(Node):
+    """A read-only file whose bytes come from a function.
+
+    A fid reads a snapshot taken when it reads offset 0, so a multi-read
+    `cat` never sees two versions glued together; stat reports the length of
+    what a read would return now.
+    """
+
+    def __init__(self, name: str, qpath: int, parent: Node | None,
+                 content: Callable[[], bytes], perm: int = 0o444,
+                 version: Callable[[], int] | None = None) -> None:
+        super().__init__(name, qpath, parent)
+        self.content = content
+        self.perm = perm
+        self._version = version
+
+    def version(self) -> int:
+        return self._version() if self._version else 0
+
+    def length(self) -> int:
+        return len(self.content())
+
+    def read(self, fid: Any, offset: int, count: int) -> bytes:
+        return snapshot_read(fid, self.content, offset, count)
+
+
+def snapshot_read(fid: Any, content: Callable[[], bytes], offset: int, count: int) -> bytes:
+    """Slice a per-fid snapshot of content(), refreshed on a read at offset 0."""
+    snap = fid.aux.get("snapshot") if offset else None
+    if snap is None:
+        snap = content()
+        fid.aux["snapshot"] = snap
+    return snap[offset:offset + count]
