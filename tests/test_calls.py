@@ -1,0 +1,323 @@
+"""Agents call tools through files, driven by the independent python-9p client.
+
+The server is the whole thing (registry, Landlock runner, sessions) on a
+thread; tools are real processes.  Nothing here asserts on timing: overlap
+is shown by two calls meeting at a rendezvous, not by a stopwatch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+from py9p import DMDIR, OREAD, ORDWR, OWRITE, Client, RemoteError, Rflush, Rread, Tflush, Tread
+
+from apphelpers import AppThread, add_tool, tools_dir
+
+RENDEZVOUS = """\
+#!/bin/sh
+# writes <id>.started in the cwd, then waits for <peer>.started
+input=$(cat)
+id=$(echo "$input" | sed 's/.*"id": *"\\([^"]*\\)".*/\\1/')
+peer=$(echo "$input" | sed 's/.*"peer": *"\\([^"]*\\)".*/\\1/')
+: > "$id.started"
+i=0
+while [ $i -lt 15 ]; do
+  [ -e "$peer.started" ] && { echo met; exit 0; }
+  sleep 0.1; i=$((i+1))
+done
+echo alone
+"""
+
+
+@pytest.fixture(scope="module")
+def srv():
+    d = tools_dir()
+    add_tool(d, "echo", "#!/bin/sh\ncat\n", {"readOnly": True})
+    add_tool(d, "fail", "#!/bin/sh\necho partial\necho 'first problem' >&2\necho 'bad things happened' >&2\nexit 3\n")
+    add_tool(d, "sleeper", "#!/bin/sh\nexec sleep \"$(sed 's/[^0-9.]//g')\"\n")
+    add_tool(d, "typed", "#!/bin/sh\ncat\n", {"args": {
+        "type": "object", "required": ["path"], "additionalProperties": False,
+        "properties": {"path": {"type": "string"}, "n": {"type": "integer", "minimum": 1}}}})
+    add_tool(d, "meet_ro", RENDEZVOUS, {"readOnly": True})
+    add_tool(d, "meet_rw", RENDEZVOUS)
+    app = AppThread([d], timeout=20).start()
+    app.tools = d
+    yield app
+    app.cleanup()
+
+
+def connect(app) -> Client:
+    c = Client.connect_unix(app.addr[len("unix!"):], msize=8192 + 24)
+    c.negotiate()
+    c.attach(0, uname="agent")
+    return c
+
+
+_fids = iter(range(1000, 10**6))
+
+
+def rdwr(c: Client, path: str, data: bytes) -> bytes:
+    """client_9p's rdwr: open ORDWR, write once, read on the same fid."""
+    f = next(_fids)
+    c.walk(0, f, path)
+    try:
+        c.open(f, ORDWR)
+        c.write(f, data)
+        out, off = b"", 0
+        while True:
+            chunk = c.read(f, offset=off)
+            if not chunk:
+                return out
+            out += chunk
+            off += len(chunk)
+    finally:
+        c.clunk(f)
+
+
+def mkdir(c: Client, path: str) -> None:
+    parent, name = path.rsplit("/", 1)
+    f = next(_fids)
+    c.walk(0, f, parent)
+    c.create(f, name, DMDIR | 0o755, OREAD)
+    c.clunk(f)
+
+
+def read(c: Client, path: str) -> bytes:
+    f = next(_fids)
+    c.walk(0, f, path)
+    c.open(f, OREAD)
+    try:
+        return c.read(f)
+    finally:
+        c.clunk(f)
+
+
+def agent(c: Client, s: str, a: str, *tools: str) -> str:
+    mkdir(c, f"session/{s}")
+    mkdir(c, f"session/{s}/agent/{a}")
+    base = f"session/{s}/agent/{a}"
+    if tools:
+        assert rdwr(c, base + "/ctl", ("tool_load " + " ".join(tools)).encode()) == \
+            "".join(t + "\n" for t in tools).encode()
+    return base
+
+
+def test_load_and_call_on_one_fid(srv):
+    with connect(srv) as c:
+        a = agent(c, "s1", "a", "echo")
+        assert rdwr(c, a + "/tools/echo/call", b'{"x": [1, 2, "three"]}') == b'{"x": [1, 2, "three"]}'
+        assert read(c, a + "/tools/echo/out") == b'{"x": [1, 2, "three"]}'
+        assert read(c, a + "/tools/echo/status").startswith(b"ok ")
+        schemas = json.loads(read(c, a + "/schemas"))
+        assert [s["name"] for s in schemas] == ["echo"]
+        assert schemas[0]["readOnly"] is True and schemas[0]["parameters"] == {"type": "object"}
+        log = read(c, a + "/log").decode()
+        assert "ctl tool_load echo -> ok" in log and "call echo" in log
+
+
+def test_ctl_errors_name_what_is_wrong_and_apply_nothing(srv):
+    with connect(srv) as c:
+        a = agent(c, "s2", "a")
+        with pytest.raises(RemoteError, match=r"^tool_load: no such tool: fiel_read$"):
+            rdwr(c, a + "/ctl", b"tool_load echo fiel_read")
+        with pytest.raises(RemoteError, match=r'^invalid command "tool_lod"; valid: tool_load, '
+                                              r"tool_unload, cancel"):
+            rdwr(c, a + "/ctl", b"tool_load echo\ntool_lod x\n")
+        assert read(c, a + "/ctl") == b""            # nothing of those writes applied
+        with pytest.raises(RemoteError, match="tool_unload: no such tool loaded: echo"):
+            rdwr(c, a + "/ctl", b"tool_unload echo")
+        with pytest.raises(RemoteError, match="missing tool name"):
+            rdwr(c, a + "/ctl", b"tool_load")
+        # several commands in one write, each line applied
+        rdwr(c, a + "/ctl", b"tool_load echo fail\ntool_unload fail\n")
+        assert read(c, a + "/ctl") == b"echo\n"
+        assert "no such tool: fiel_read" in read(c, a + "/log").decode()
+
+
+def test_call_errors(srv):
+    with connect(srv) as c:
+        a = agent(c, "s3", "a", "typed", "fail")
+        with pytest.raises(RemoteError, match=r"^invalid args: 'path' is a required property"):
+            rdwr(c, a + "/tools/typed/call", b"{}")
+        with pytest.raises(RemoteError, match=r"^invalid args: n: 0 is less than the minimum of 1"):
+            rdwr(c, a + "/tools/typed/call", b'{"path": "x", "n": 0}')
+        with pytest.raises(RemoteError, match=r"^invalid args: line 1 column 2: Expecting"):
+            rdwr(c, a + "/tools/typed/call", b"{]")
+        with pytest.raises(RemoteError, match=r"^invalid args: must be a JSON object"):
+            rdwr(c, a + "/tools/typed/call", b"[1]")
+        assert read(c, a + "/tools/typed/status").startswith(b"invalid: invalid args: must be")
+        with pytest.raises(RemoteError, match=r"^exit 3: bad things happened \(input/output error\)$"):
+            rdwr(c, a + "/tools/fail/call", b"{}")
+        assert read(c, a + "/tools/fail/out") == b"partial\n"
+        assert read(c, a + "/tools/fail/err") == b"first problem\nbad things happened\n"
+        assert read(c, a + "/tools/fail/status").startswith(b"exit 3 ")
+
+
+def test_json_accumulates_across_writes_and_one_call_per_fid(srv):
+    with connect(srv) as c:
+        a = agent(c, "s4", "a", "typed")
+        f = next(_fids)
+        c.walk(0, f, a + "/tools/typed/call")
+        c.open(f, ORDWR)
+        assert c.read(f) == b""                  # 9p rdwr reads first: end of file at once
+        assert c.write(f, b'{"pa', offset=0) == 4
+        assert c.write(f, b'th": "a', offset=999) == 7   # offsets are ignored
+        assert c.write(f, b'b"}') == 3
+        assert c.read(f) == b'{"path": "ab"}'
+        with pytest.raises(RemoteError, match="open call again"):
+            c.write(f, b'{"path": "again"}')
+        c.clunk(f)
+
+
+def test_writer_hangs_up_result_still_reaches_out(srv):
+    with connect(srv) as c:
+        a = agent(c, "s5", "a", "sleeper")
+    c = connect(srv)
+    f = next(_fids)
+    c.walk(0, f, a + "/tools/sleeper/call")
+    c.open(f, OWRITE)
+    c.write(f, b'{"t": "0.3"}')
+    c.close()                                    # hang up at once, like `9p write`
+    with connect(srv) as c2:
+        assert read(c2, a + "/tools/sleeper/out") == b""   # waits for the end, then empty
+        assert read(c2, a + "/tools/sleeper/status").startswith(b"ok ")
+
+
+def _procs(marker: str) -> list[int]:
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        out.append(int(p))
+            except OSError:
+                pass
+    return out
+
+
+def _wait_for(pred, what: str, limit: float = 15.0) -> None:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def test_flush_of_the_read_kills_the_run(srv):
+    with connect(srv) as c:
+        a = agent(c, "s6", "a", "sleeper")
+        f = next(_fids)
+        c.walk(0, f, a + "/tools/sleeper/call")
+        c.open(f, ORDWR)
+        c.write(f, b'{"t": "61.125"}')
+        _wait_for(lambda: _procs("61.125"), "the tool to start")
+        box: dict = {}
+
+        def blocked() -> None:
+            try:
+                box["r"] = c.rpc(Tread(fid=f, offset=0, count=100), Rread, tag=77)
+            except RemoteError as e:
+                box["e"] = str(e)
+
+        t = threading.Thread(target=blocked)
+        t.start()
+        c.stat(f)
+        assert isinstance(c.rpc(Tflush(oldtag=77), Rflush), Rflush)
+        t.join(10)
+        assert box == {"e": "interrupted"}
+        _wait_for(lambda: not _procs("61.125"), "the run to die")
+        _wait_for(lambda: read(c, a + "/tools/sleeper/status").startswith(b"killed"), "status")
+
+
+@pytest.mark.parametrize("how", ["cancel", "unload", "rm-agent", "rm-session"])
+def test_cancel_unload_and_removal_kill_the_run(srv, how):
+    marker = {"cancel": "62.1", "unload": "62.2", "rm-agent": "62.3", "rm-session": "62.4"}[how]
+    with connect(srv) as c:
+        s = f"k{how}"
+        a = agent(c, s, "a", "sleeper")
+        f = next(_fids)
+        c.walk(0, f, a + "/tools/sleeper/call")
+        c.open(f, OWRITE)
+        c.write(f, json.dumps({"t": marker + "25"}).encode())
+        c.clunk(f)
+        _wait_for(lambda: _procs(marker + "25"), "the tool to start")
+        if how == "cancel":
+            rdwr(c, a + "/ctl", b"cancel sleeper")
+        elif how == "unload":
+            rdwr(c, a + "/ctl", b"tool_unload sleeper")
+        else:
+            g = next(_fids)
+            c.walk(0, g, a if how == "rm-agent" else f"session/{s}")
+            c.remove(g)
+        _wait_for(lambda: not _procs(marker + "25"), "the run to die")
+
+
+def test_readonly_calls_overlap(srv):
+    with connect(srv) as c:
+        a = agent(c, "ro", "a", "meet_ro")
+        res = _both(c, [(a, "meet_ro", "1", "2"), (a, "meet_ro", "2", "1")])
+        assert res == [b"met\n", b"met\n"]
+
+
+def test_calls_of_one_agent_run_one_at_a_time_in_order(srv):
+    with connect(srv) as c:
+        a = agent(c, "rw", "a", "meet_rw")
+        res = _both(c, [(a, "meet_rw", "1", "2"), (a, "meet_rw", "2", "1")])
+        # the first never saw the second start; the second found the first's mark
+        assert res == [b"alone\n", b"met\n"]
+
+
+def test_two_agents_do_not_wait_for_each_other(srv):
+    with connect(srv) as c:
+        a = agent(c, "two", "a", "meet_rw")
+        mkdir(c, "session/two/agent/b")
+        rdwr(c, "session/two/agent/b/ctl", b"tool_load meet_rw")
+        b = "session/two/agent/b"
+        assert _both(c, [(a, "meet_rw", "1", "2"), (b, "meet_rw", "2", "1")]) == [b"met\n", b"met\n"]
+
+
+def _both(c: Client, calls: list) -> list[bytes]:
+    """Write every call first (in order), then read each result on its fid."""
+    fids = []
+    for base, tool, me, peer in calls:
+        f = next(_fids)
+        c.walk(0, f, f"{base}/tools/{tool}/call")
+        c.open(f, ORDWR)
+        c.write(f, json.dumps({"id": me, "peer": peer}).encode())
+        fids.append(f)
+    out = [c.read(f) for f in fids]
+    for f in fids:
+        c.clunk(f)
+    return out
+
+
+def test_registry_change_follows_loaded_tools(srv):
+    with connect(srv) as c:
+        a = agent(c, "reg", "a", "typed")
+        p = os.path.join(srv.tools, "typed.meta")
+        old = open(p).read()
+        try:
+            m = json.loads(old)
+            m["args"]["required"] = ["path", "n"]
+            seen = int(read(c, "revision"))
+            with open(p + ".tmp", "w") as f:
+                json.dump(m, f)
+            os.rename(p + ".tmp", p)
+            _wait_for(lambda: int(read(c, "revision")) > seen, "the registry to reload")
+            with pytest.raises(RemoteError, match="'n' is a required property"):
+                rdwr(c, a + "/tools/typed/call", b'{"path": "x"}')
+            os.unlink(p)
+            _wait_for(lambda: b"typed" not in read(c, "tools/index"), "the tool to go")
+            assert json.loads(read(c, a + "/schemas")) == []
+            assert len(c.walk(0, next(_fids), a + "/tools/typed")) == 5   # partial: gone
+            assert read(c, a + "/ctl") == b"typed\n"                     # still remembered
+        finally:
+            with open(p, "w") as f:
+                f.write(old)
+        _wait_for(lambda: b"typed" in read(c, "tools/index"), "the tool to return")
+        assert [s["name"] for s in json.loads(read(c, a + "/schemas"))] == ["typed"]

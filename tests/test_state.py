@@ -1,0 +1,73 @@
+"""Sessions, agents, loaded tools, cwd and sandbox survive a restart; a corrupt
+state file is set aside and reported, never silently dropped."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import tempfile
+
+from toolsrv.client import Client
+
+from apphelpers import AppThread, add_tool, tools_dir
+
+
+def test_restart_restores_state(tmp_path):
+    d = tools_dir()
+    add_tool(d, "echo", "#!/bin/sh\ncat\n")
+    state = tempfile.mkdtemp(prefix="state.", dir="/tmp")
+    cwd = tempfile.mkdtemp(prefix="cwd.", dir="/tmp")
+    os.chmod(cwd, 0o777)                             # tools run as nobody
+    try:
+        a = AppThread([d], state_dir=state).start()
+        c = Client.connect(a.addr)
+        c.mkdir("session/keep")
+        c.mkdir("session/keep/agent/bot")
+        c.rdwr("session/keep/agent/bot/ctl", b"tool_load echo")
+        c.write("session/keep/cwd", cwd.encode())
+        c.mkdir("session/gone")
+        private = c.read("session/gone/cwd").decode().strip()
+        c.rm("session/gone")
+        assert not os.path.exists(private)           # a private cwd goes with its session
+        c.close()
+        a.cleanup()
+        b = AppThread([d], state_dir=state).start()
+        try:
+            c = Client.connect(b.addr)
+            assert sorted(x.name for x in c.ls("session")) == ["keep"]
+            assert c.read("session/keep/agent/bot/ctl") == b"echo\n"
+            assert c.read("session/keep/cwd") == f"{os.path.realpath(cwd)}\n".encode()
+            assert c.read("session/keep/sandbox") == b"default\n"
+            assert c.rdwr("session/keep/agent/bot/tools/echo/call", b'{"a": 1}') == b'{"a": 1}'
+            c.close()
+        finally:
+            b.cleanup()
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(cwd, ignore_errors=True)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_corrupt_state_is_set_aside_and_reported(capfd):
+    d = tools_dir()
+    state = tempfile.mkdtemp(prefix="state.", dir="/tmp")
+    try:
+        with open(os.path.join(state, "state.json"), "w") as f:
+            f.write('{"version": 1, "sessions": [')
+        a = AppThread([d], state_dir=state).start()
+        try:
+            err = capfd.readouterr().err
+            assert "state.json is corrupt" in err and "moved aside" in err
+            aside = glob.glob(os.path.join(state, "state.json.corrupt-*"))
+            assert len(aside) == 1 and open(aside[0]).read().startswith('{"version": 1')
+            c = Client.connect(a.addr)
+            c.mkdir("session/fresh")                 # the server serves, and saves anew
+            c.close()
+            saved = json.load(open(os.path.join(state, "state.json")))
+            assert [s["name"] for s in saved["sessions"]] == ["fresh"]
+        finally:
+            a.cleanup()
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(d, ignore_errors=True)

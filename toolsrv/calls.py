@@ -1,0 +1,197 @@
+"""Tool calls: scheduling, the run itself, and what a call leaves behind.
+
+A `Call` is created when a `call` fid's JSON is complete and valid.  It is
+run by a task of its own, independent of the fid and the connection that
+wrote it (9pfuse clunks at once; `9p write` hangs up at once), and ends in
+the tool's latest `out`, `err` and `status`.
+
+Scheduling: calls of `readOnly` tools run as soon as a server-wide slot is
+free; other calls of one agent also take the agent's lock, so they run one
+at a time in the order they were written (asyncio.Lock is FIFO).  Different
+agents never wait for each other except for the server-wide limit; a call
+waiting for either is `queued`.  Killing (flush of the reading fid, `cancel`,
+`tool_unload`, removal of the agent or session, shutdown) cancels the task,
+and the runner kills the whole process group before the task ends.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import P9Error
+from .jsonargs import fit
+from .sessions import Agent
+
+log = logging.getLogger("toolsrv.calls")
+
+MiB = 1 << 20
+
+
+@dataclass(eq=False)
+class Call:
+    tool: str
+    agent: Agent
+    args: dict
+    elevated: bool
+    state: str = "queued"          # queued running ok exit timeout killed invalid refused
+    result: Any = None             # the runner's RunResult
+    reason: str | None = None      # the Rerror a reader gets, None on success
+    started: float = field(default_factory=time.monotonic)
+    duration: float = 0.0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None
+
+    @property
+    def stdout(self) -> bytes:
+        return self.result.stdout if self.result is not None else b""
+
+    @property
+    def stderr(self) -> bytes:
+        return self.result.stderr if self.result is not None else b""
+
+    def status_line(self) -> str:
+        if self.state in ("queued", "running"):
+            return f"{self.state} {time.monotonic() - self.started:.3f}s\n"
+        words = [self.state]
+        r = self.result
+        if self.state == "exit" and r is not None:
+            words.append(str(r.exit_code))
+        if self.state in ("invalid", "refused") and self.reason:
+            words = [f"{self.state}: {self.reason}"]
+        words.append(f"{self.duration:.3f}s")
+        if r is not None and r.truncated:
+            words.append(f"truncated {r.truncated}")
+        if r is not None and r.signal and self.state == "killed":
+            words.append(f"signal {r.signal}")
+        return " ".join(words) + "\n"
+
+
+def invalid_call(tool: str, agent: Agent, reason: str) -> Call:
+    c = Call(tool, agent, {}, False, state="invalid", reason=reason)
+    c.done.set()
+    return c
+
+
+def last_line(data: bytes) -> str:
+    for line in reversed(data.decode("utf-8", "replace").splitlines()):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def outcome(call: Call) -> None:
+    """Set state and reason from the runner's result."""
+    r = call.result
+    if r.error:
+        call.state, call.reason = "refused", r.error
+    elif r.truncated:
+        call.state = "killed"
+        call.reason = f"output too long: {r.truncated} cut at {_size(r)}"
+    elif r.timed_out:
+        call.state, call.reason = "timeout", f"timeout after {r.timeout_used:g}s"
+    elif r.cancelled:
+        call.state, call.reason = "killed", "interrupted: cancelled"
+    elif r.exit_code == 0:
+        call.state, call.reason = "ok", None
+    elif r.exit_code is not None:
+        call.state = "exit"
+        why = last_line(r.stderr) or last_line(r.stdout) or "no output"
+        call.reason = fit(f"exit {r.exit_code}: ", why, " (input/output error)")
+    else:
+        call.state = "killed"
+        call.reason = f"killed by signal {r.signal} (input/output error)"
+
+
+def _size(r: Any) -> str:
+    n = len(r.stdout if r.truncated == "stdout" else r.stderr)
+    return f"{n / MiB:g} MiB" if n >= MiB else f"{n} bytes"
+
+
+class Scheduler:
+    """Runs calls through the runner within the server-wide and per-agent limits."""
+
+    def __init__(self, runner: Any, registry: Any, max_runs: int = 16,
+                 max_queued: int = 1024, addr: str = "") -> None:
+        self.runner = runner
+        self.registry = registry
+        self.slots = asyncio.Semaphore(max_runs)
+        self.max_queued = max_queued
+        self.addr = addr
+        self.live: set[Call] = set()
+        self.locks: dict[int, asyncio.Lock] = {}
+
+    def start(self, call: Call, tool: Any, profile_name: str) -> None:
+        queued = sum(1 for c in self.live if c.state == "queued")
+        if queued >= self.max_queued:
+            raise P9Error("resource busy: too many queued calls")
+        self.live.add(call)
+        call.task = asyncio.get_running_loop().create_task(self._run(call, tool, profile_name))
+
+    async def _run(self, call: Call, tool: Any, profile_name: str) -> None:
+        a = call.agent
+        try:
+            if tool.read_only:
+                await self._slot_run(call, tool, profile_name)
+            else:
+                lock = self.locks.setdefault(id(a), asyncio.Lock())
+                async with lock:
+                    await self._slot_run(call, tool, profile_name)
+        except asyncio.CancelledError:
+            if call.result is None:
+                call.state, call.reason = "killed", "interrupted: cancelled"
+        except P9Error as e:      # refused before the run: a bad profile, say
+            call.state, call.reason = "refused", e.ename
+        except Exception as e:
+            log.exception("call of %s failed", call.tool)
+            call.state, call.reason = "refused", fit("input/output error: ", str(e), "")
+        finally:
+            call.duration = time.monotonic() - call.started
+            self.live.discard(call)
+            call.done.set()
+            a.note(f"call {call.tool} -> {call.status_line().strip()}"
+                   + (f": {call.reason}" if call.reason and call.state not in
+                      ("invalid", "refused") else ""))
+
+    async def _slot_run(self, call: Call, tool: Any, profile_name: str) -> None:
+        from .runner import RunRequest
+        from .sandbox import load_profile
+        async with self.slots:
+            try:
+                profile = load_profile(profile_name)
+            except Exception as e:
+                raise P9Error(fit("sandbox: ", str(e))) from None
+            s = call.agent.session
+            env = {"OLLIE_TOOLS_PATH": ":".join(getattr(self.registry, "dirs", [])),
+                   "OLLIE_BYPASS_SOCKET": os.environ.get("OLLIE_BYPASS_SOCKET", ""),
+                   "PWD": s.cwd, "OLLIE_SESSION_ID": s.name, "OLLIE_AGENT": call.agent.name,
+                   "TOOLSRV_ADDR": self.addr}
+            req = RunRequest(argv=list(tool.command.argv),
+                             stdin=json.dumps(call.args).encode(), cwd=s.cwd, env=env,
+                             profile=profile, tool_dir=tool.dir, elevated=call.elevated,
+                             context={"session": s.name, "agent": call.agent.name,
+                                      "tool": call.tool, "args": call.args, "cwd": s.cwd})
+            call.state = "running"
+            call.started = time.monotonic()
+            call.result = await self.runner.run(req)
+            outcome(call)
+
+    def kill(self, agent: Agent, tools: set[str] | None = None) -> int:
+        """Cancel the agent's queued and running calls (of `tools`, or all)."""
+        n = 0
+        for c in list(self.live):
+            if c.agent is agent and (tools is None or c.tool in tools) and c.task:
+                c.task.cancel()
+                n += 1
+        return n
+
+    async def close(self) -> None:
+        tasks = [c.task for c in self.live if c.task]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=10)

@@ -1,0 +1,283 @@
+"""An agent's files: ctl, log, schemas and tools/<tool>/{call,out,err,status}.
+
+Everything that can fail does so on the Twrite (9pfuse drops clunk errors):
+a ctl line runs on the write that completes it, and a call's JSON is
+validated and started on the write that completes it.  A read of `call` on
+the fid that wrote waits for the end of that call (a Later the server can
+flush: flushing it kills the run); a fid that wrote nothing reads end of file
+at once, as plan9port's `9p rdwr` needs.  `out` and `err` are the latest
+call's streams and wait while it runs; `status` never waits.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Iterable
+
+from . import ctl
+from .calls import Call, Scheduler, invalid_call
+from .errors import P9Error
+from .fs import AgentDir, json_text
+from .jsonargs import fit, json_state, take_elevated, validate
+from .sessions import Agent
+from .tree import Dir_, Node, TextFile, snapshot_read
+
+CHUNK_WAIT = 4096   # a line this long without a newline may continue in the next Twrite
+MAX_ARGS = 1 << 20  # bytes of JSON args one call may write
+
+
+class Calls:
+    """The call-file layer: builds agent directories, owns the scheduler."""
+
+    def __init__(self, app: Any) -> None:
+        self.registry = app.registry
+        self.store = app.store
+        addr = str(app.addrs[0]) if getattr(app, "addrs", None) else ""
+        self.sched = Scheduler(app.runner, app.registry, max_runs=app.opts.max_runs, addr=addr)
+        self.store.on_remove_agent.append(lambda a: self.sched.kill(a))
+
+    def agent_entries(self, d: AgentDir) -> Iterable[Node]:
+        a = d.a
+        return [
+            CtlFile("ctl", d.key("ctl"), d, self, a),
+            TextFile("log", d.key("log"), d, lambda: "".join(f"{ln}\n" for ln in a.log).encode()),
+            TextFile("schemas", d.key("schemas"), d, lambda: json_text(self.schemas(a))),
+            Dir_("tools", d.key("tools"), d, lambda td: self._tool_dirs(td, d)),
+        ]
+
+    def _tool_dirs(self, td: Dir_, d: AgentDir) -> list[Node]:
+        return [ToolCallDir(n, d.key("tool", n), td, self, d.a, d)
+                for n in d.a.loaded if self.registry.get(n) is not None]
+
+    def schemas(self, a: Agent) -> list[dict]:
+        out = []
+        for n in a.loaded:
+            t = self.registry.get(n)
+            if t is not None:
+                out.append({"name": n, "description": t.description, "prompt": t.prompt,
+                            "parameters": t.schema, "tier": t.tier, "readOnly": t.read_only})
+        return out
+
+    def latest(self, a: Agent) -> dict[str, Call]:
+        return a.extra.setdefault("latest", {})
+
+    # -- ctl --
+    def apply(self, a: Agent, text: str) -> None:
+        """Check every command of one write, then apply them all, or raise."""
+        try:
+            cmds = ctl.parse(text)
+            loaded = set(a.loaded)               # as it will be when each line runs
+            for verb, names in cmds:
+                for n in names:
+                    if verb == "tool_load" and self.registry.get(n) is None:
+                        raise P9Error(fit("tool_load: ", f"no such tool: {n}", ""))
+                    if verb != "tool_load" and n not in loaded:
+                        raise P9Error(fit(f"{verb}: ", f"no such tool loaded: {n}", ""))
+                loaded = (loaded | set(names) if verb == "tool_load" else
+                          loaded - set(names) if verb == "tool_unload" else loaded)
+        except P9Error as e:
+            a.note(f"ctl {text.strip()!r} -> error: {e.ename}")
+            raise
+        for verb, names in cmds:
+            if verb == "tool_load":
+                a.loaded += [n for n in dict.fromkeys(names) if n not in a.loaded]
+            elif verb == "tool_unload":
+                self.sched.kill(a, set(names))
+                a.loaded[:] = [n for n in a.loaded if n not in names]
+            else:
+                self.sched.kill(a, set(names))
+            a.note(f"ctl {verb} {' '.join(names)} -> ok")
+        if any(v != "cancel" for v, _ in cmds):
+            self.store.save()
+
+    # -- call --
+    def begin(self, a: Agent, tool_name: str, args: Any) -> Call:
+        """Validate args and start the call, or raise the Rerror for the writer."""
+        tool = self.registry.get(tool_name)
+        if tool is None or tool_name not in a.loaded:
+            raise P9Error(f"no such tool: {tool_name}")
+        try:
+            if not isinstance(args, dict):
+                raise P9Error(fit("invalid args: ", "must be a JSON object"))
+            elevated = take_elevated(args)
+            validate(tool.schema, args)
+        except P9Error as e:
+            self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
+            a.note(f"call {tool_name} {_short(args)} -> {e.ename}")
+            raise
+        c = Call(tool_name, a, args, elevated)
+        self.sched.start(c, tool, a.session.sandbox)
+        self.latest(a)[tool_name] = c
+        a.note(f"call {tool_name} {_short(args)}{' elevated' if elevated else ''} -> started")
+        return c
+
+    async def close(self) -> None:
+        await self.sched.close()
+
+
+def _short(args: Any) -> str:
+    s = json.dumps(args, ensure_ascii=False)
+    return s if len(s) <= 200 else s[:197] + "..."
+
+
+class CtlFile(Node):
+    perm = 0o666
+
+    def __init__(self, name: str, qpath: int, parent: Node, calls: Calls, a: Agent) -> None:
+        super().__init__(name, qpath, parent)
+        self.calls, self.a = calls, a
+
+    def _text(self) -> bytes:
+        return "".join(f"{n}\n" for n in self.a.loaded).encode()
+
+    def length(self) -> int:
+        return len(self._text())
+
+    def read(self, fid: Any, offset: int, count: int) -> bytes:
+        return snapshot_read(fid, self._text, offset, count)
+
+    def write(self, fid: Any, offset: int, data: bytes) -> int:
+        buf = fid.aux.pop("ctlbuf", b"") + data
+        if not buf.endswith(b"\n") and len(data) >= CHUNK_WAIT:
+            cut = buf.rfind(b"\n") + 1          # run whole lines, keep the rest for later
+            fid.aux["ctlbuf"], buf = buf[cut:], buf[:cut]
+        try:
+            text = buf.decode()
+        except UnicodeDecodeError:
+            raise P9Error("ctl: illegal UTF-8") from None
+        if text.strip():
+            self.calls.apply(self.a, text)
+        return len(data)
+
+    def truncate(self, fid: Any) -> None:
+        fid.aux.pop("ctlbuf", None)
+
+    def remove(self) -> None:
+        return None
+
+
+class ToolCallDir(Dir_):
+    """agent/<name>/tools/<tool>/: present while the tool is loaded and in the registry."""
+
+    def __init__(self, name: str, qpath: int, parent: Node, calls: Calls, a: Agent,
+                 d: AgentDir) -> None:
+        super().__init__(name, qpath, parent)
+        self.calls, self.a = calls, a
+        self.tool = name
+        k = d.key
+        self._nodes = [
+            CallFile("call", k("tool", name, "call"), self),
+            StreamFile("out", k("tool", name, "out"), self, "stdout"),
+            StreamFile("err", k("tool", name, "err"), self, "stderr"),
+            TextFile("status", k("tool", name, "status"), self, self._status),
+        ]
+
+    def alive(self) -> bool:
+        return (self.a.alive and self.tool in self.a.loaded
+                and self.calls.registry.get(self.tool) is not None)
+
+    def children(self) -> list[Node]:
+        return self._nodes
+
+    def latest(self) -> Call | None:
+        return self.calls.latest(self.a).get(self.tool)
+
+    def _status(self) -> bytes:
+        c = self.latest()
+        return c.status_line().encode() if c else b"idle\n"
+
+    def remove(self) -> None:
+        return None
+
+
+class CallFile(Node):
+    """Write JSON args; read the result of that call on the same fid."""
+
+    perm = 0o666
+    parent: ToolCallDir
+
+    def write(self, fid: Any, offset: int, data: bytes) -> int:
+        if "call" in fid.aux:
+            raise P9Error("call: this fid has made its call; open call again (in use)")
+        buf = fid.aux.setdefault("argbuf", bytearray())
+        buf += data
+        if len(buf) > MAX_ARGS:
+            raise P9Error(f"invalid args: longer than {MAX_ARGS} bytes: too long")
+        try:
+            text = buf.decode()
+        except UnicodeDecodeError as e:
+            if e.reason == "unexpected end of data":   # a character cut between Twrites
+                return len(data)
+            raise P9Error(fit("invalid args: ", "not UTF-8")) from None
+        state, val = json_state(text)
+        if state == "incomplete":
+            return len(data)
+        del fid.aux["argbuf"]
+        d = self.parent
+        if state == "invalid":
+            d.calls.latest(d.a)[d.tool] = invalid_call(d.tool, d.a, fit("invalid args: ", val))
+            d.a.note(f"call {d.tool} -> invalid args: {val}")
+            raise P9Error(fit("invalid args: ", val))
+        fid.aux["call"] = d.calls.begin(d.a, d.tool, val)
+        return len(data)
+
+    def truncate(self, fid: Any) -> None:
+        fid.aux.pop("argbuf", None)
+
+    def read(self, fid: Any, offset: int, count: int) -> Any:
+        call: Call | None = fid.aux.get("call")
+        if call is None:
+            return b""
+        if call.done.is_set():
+            return _result(call, offset, count)
+        return self._wait(call, offset, count)
+
+    async def _wait(self, call: Call, offset: int, count: int) -> bytes:
+        try:
+            await call.done.wait()
+        except asyncio.CancelledError:
+            if call.task is not None:      # a flush of this read kills the run
+                call.task.cancel()
+            raise
+        return _result(call, offset, count)
+
+    def remove(self) -> None:
+        return None
+
+
+def _result(call: Call, offset: int, count: int) -> bytes:
+    if call.reason is not None:
+        raise P9Error(call.reason)
+    return call.stdout[offset:offset + count]
+
+
+class StreamFile(Node):
+    """out or err: the latest call's stream; waits while that call runs."""
+
+    parent: ToolCallDir
+
+    def __init__(self, name: str, qpath: int, parent: ToolCallDir, stream: str) -> None:
+        super().__init__(name, qpath, parent)
+        self.stream = stream
+
+    def _data(self, call: Call | None) -> bytes:
+        return getattr(call, self.stream) if call is not None else b""
+
+    def length(self) -> int:
+        return len(self._data(self.parent.latest()))
+
+    def read(self, fid: Any, offset: int, count: int) -> Any:
+        if offset and "snapshot" in fid.aux:
+            return fid.aux["snapshot"][offset:offset + count]
+        call = self.parent.latest()
+        if call is None or call.done.is_set():
+            return snapshot_read(fid, lambda: self._data(call), offset, count)
+        return self._wait(fid, call, offset, count)
+
+    async def _wait(self, fid: Any, call: Call, offset: int, count: int) -> bytes:
+        await call.done.wait()
+        fid.aux["snapshot"] = data = self._data(call)
+        return data[offset:offset + count]
+
+    def remove(self) -> None:
+        return None
