@@ -120,13 +120,21 @@ def serve(args: Any) -> int:
         mounted = None
         if args.mount:
             from .mount import mount
-            mounted = mount(str(app.addrs[0]), args.mount)
+            try:   # in a thread: 9pfuse needs this loop to answer while it mounts
+                mounted = await asyncio.to_thread(mount, str(app.addrs[0]), args.mount)
+            except RuntimeError as e:
+                print(e, file=sys.stderr)
+                await app.stop()
+                return 1
         try:
             await app.run()
         finally:
             if mounted:
                 from .mount import umount
-                umount(mounted)
+                try:
+                    umount(mounted)
+                except RuntimeError as e:
+                    print(e, file=sys.stderr)
         return 0
 
     return asyncio.run(run())

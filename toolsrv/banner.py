@@ -3,21 +3,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import dial
+
 
 def banner(app: Any) -> str:
     reg = app.registry
     addr = str(app.addrs[0])
-    a = f" -a '{addr}'" if addr != str(__import__("toolsrv.dial").dial.default_addr()) else ""
+    a = "" if addr == str(dial.default_addr()) else f" -a '{addr}'"
     errors = [ln for ln in reg.errors_text().splitlines() if ln]
     lines = [f"toolsrv: serving on {', '.join(str(x) for x in app.addrs)}",
-             f"toolsrv: {len(reg.tools)} tools loaded, {len(errors)} in tools/errors"
-             + (" (toolsrv read tools/errors to see why)" if errors else "")]
-    if app.runner is not None and hasattr(app.runner, "status_line"):
-        lines.append(f"toolsrv: sandbox: {app.runner.status_line()}")
-    tool = "file_read" if "file_read" in reg.tools else (sorted(reg.tools) or ["TOOL"])[0]
-    lines += ["toolsrv: try:",
-              f"  toolsrv{a} read tools/index",
-              f"  toolsrv{a} call demo me {tool} '{{\"path\": \"README.md\"}}'"
-              if tool == "file_read" else f"  toolsrv{a} call demo me {tool} '{{}}'",
-              f"  toolsrv{a} ls -l session/demo/agent/me/tools/{tool}"]
+             f"toolsrv: {len(reg.tools)} tools loaded from {':'.join(getattr(reg, 'dirs', []))}",
+             f"toolsrv: {len(errors)} in tools/errors"
+             + (f" (see: toolsrv{a} read tools/errors)" if errors else "")]
+    if app.runner is not None and hasattr(app.runner, "summary"):
+        lines.append(f"toolsrv: sandbox: {app.runner.summary()}")
+    lines.append("toolsrv: try, in another terminal:")
+    lines.append(f"  toolsrv{a} read tools/index")
+    if "file_write" in reg.tools and "file_read" in reg.tools:
+        lines += [f"  toolsrv{a} call demo me file_write "
+                  "'{\"path\": \"hello.txt\", \"content\": \"hello from toolsrv\\n\"}'",
+                  f"  toolsrv{a} call demo me file_read '{{\"path\": \"hello.txt\"}}'"]
+    elif reg.tools:
+        t = sorted(reg.tools)[0]
+        lines += [f"  toolsrv{a} read tools/{t}/prompt",
+                  f"  toolsrv{a} call demo me {t} '{{...args...}}'"]
+    lines.append(f"  toolsrv{a} read session/demo/agent/me/log")
     return "\n".join(lines)

@@ -1,0 +1,134 @@
+"""The toolsrv command as a new user meets it: serve with no arguments, the
+one-line `call`, the 9p(1)-like verbs, `mount` without 9pfuse, the example script."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOLSRV = [sys.executable, "-m", "toolsrv"]
+
+
+@pytest.fixture(scope="module")
+def served():
+    home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
+    env = {k: v for k, v in os.environ.items() if k not in ("OLLIE_TOOLS_PATH", "TOOLSRV_ADDR")}
+    env.update(HOME=home, NAMESPACE=os.path.join(home, "ns"),
+               XDG_STATE_HOME=os.path.join(home, "state"))
+    p = subprocess.Popen(TOOLSRV + ["serve"], env=env, cwd=REPO, stderr=subprocess.PIPE,
+                         text=True)
+    banner = []
+    for line in p.stderr:                     # the banner ends with the log example
+        banner.append(line)
+        if "agent/me/log" in line:
+            break
+    yield env, "".join(banner), p
+    p.send_signal(signal.SIGTERM)
+    rc = p.wait(20)
+    shutil.rmtree(home, ignore_errors=True)
+    assert rc == 0
+
+
+def run(env, *args, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(TOOLSRV + list(args), env=env, cwd=REPO, input=stdin,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_first_run_banner(served):
+    env, banner, _ = served
+    assert f"serving on unix!{env['NAMESPACE']}/toolsrv" in banner
+    bundled = len([f for f in os.listdir(os.path.join(REPO, "data", "tools"))
+                   if f.endswith(".meta")])
+    assert "tools loaded from" in banner and " in tools/errors" in banner
+    n = int(banner.split(" tools loaded")[0].rsplit("toolsrv: ", 1)[1])
+    errors = int(banner.split(" in tools/errors")[0].rsplit("toolsrv: ", 1)[1])
+    assert n + errors == bundled and n >= 5
+    examples = [ln.strip() for ln in banner.splitlines() if ln.startswith("  toolsrv")]
+    assert len(examples) >= 3
+    # every example the banner offers works, as printed
+    for ex in examples:
+        r = subprocess.run(ex.replace("toolsrv", " ".join(TOOLSRV), 1), shell=True, env=env,
+                           cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (ex, r.stderr)
+        assert r.stdout
+
+
+def test_call_shortcut(served):
+    env = served[0]
+    r = run(env, "call", "c1", "bot", "file_write", '{"path": "x.txt", "content": "hi\\n"}')
+    assert r.returncode == 0, r.stderr
+    r = run(env, "call", "c1", "bot", "file_read", '{"path": "x.txt"}')
+    assert r.returncode == 0 and r.stdout == "     1\thi\n"
+    r = run(env, "call", "c1", "bot", "file_read", '{"path": 7}')
+    assert r.returncode == 1
+    assert r.stderr.strip() == ("toolsrv: file_read: invalid args: path: 7 is not of type "
+                                "'string' (invalid argument)")
+    r = run(env, "call", "c1", "bot", "nosuch", "{}")
+    assert r.returncode == 1 and "tool_load: no such tool: nosuch" in r.stderr
+    assert "call file_read" in run(env, "read", "session/c1/agent/bot/log").stdout
+
+
+def test_verbs(served):
+    env = served[0]
+    r = run(env, "ls", "-l", "/")
+    assert r.returncode == 0 and [ln.split()[-1] for ln in r.stdout.splitlines()] == \
+        ["revision", "revwait", "session", "tools"]
+    assert run(env, "mkdir", "session/v").returncode == 0
+    r = run(env, "mkdir", "session/v")
+    assert r.returncode == 1 and "file already exists" in r.stderr
+    assert run(env, "write", "session/v/sandbox", stdin="default\n").returncode == 0
+    assert run(env, "read", "session/v/sandbox").stdout == "default\n"
+    r = run(env, "stat", "revision")
+    assert r.returncode == 0 and r.stdout.startswith("revision -r--r--r-- length ")
+    r = run(env, "read", "nope")
+    assert r.returncode == 1 and r.stderr.strip() == "toolsrv: nope: file not found"
+    assert run(env, "rm", "session/v").returncode == 0
+    r = run(env, "read", "-a", "unix!/tmp/definitely-not-a-toolsrv", "revision")
+    assert r.returncode == 1 and "cannot connect to unix!/tmp/definitely-not-a-toolsrv" in r.stderr
+
+
+def test_example_script_through_the_cli(served):
+    env = dict(served[0])
+    env["TOOLSRV"] = " ".join(TOOLSRV)
+    r = subprocess.run(["sh", os.path.join(REPO, "examples", "session.sh")], env=env,
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "     2\tbeta" in r.stdout and "notes.txt:3:gamma" in r.stdout
+    assert "status: exit 1" in r.stdout and "no such file: missing.txt" in r.stdout
+    assert r.stdout.rstrip().endswith("done")
+
+
+def test_mount_without_9pfuse_says_how_to_get_it(tmp_path):
+    env = dict(os.environ, PATH="/usr/bin:/bin", PLAN9="")
+    r = run(env, "mount", str(tmp_path / "m"))
+    assert r.returncode == 1
+    assert "9pfuse not found" in r.stderr and "plan9port" in r.stderr
+
+
+def test_sigterm_is_graceful(tmp_path):
+    home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
+    env = dict(os.environ, HOME=home, NAMESPACE=os.path.join(home, "ns"),
+               XDG_STATE_HOME=os.path.join(home, "state"))
+    p = subprocess.Popen(TOOLSRV + ["serve"], env=env, cwd=REPO, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        for line in p.stderr:
+            if "serving on" in line:
+                break
+        assert run(env, "mkdir", "session/t").returncode == 0
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(20) == 0
+        assert not os.path.exists(os.path.join(home, "ns", "toolsrv"))   # socket removed
+        with open(os.path.join(home, "state", "toolsrv", "state.json")) as f:
+            assert '"t"' in f.read()                                       # state saved
+    finally:
+        if p.poll() is None:
+            p.kill()
+        shutil.rmtree(home, ignore_errors=True)
