@@ -16,6 +16,11 @@ from toolsrv import dial
 
 
 @dataclass
+class FakeCommand:
+    argv: tuple = ("/bin/cat",)
+
+
+@dataclass
 class FakeTool:
     name: str
     description: str = "a fake tool"
@@ -23,6 +28,8 @@ class FakeTool:
     tier: str = "hot"
     read_only: bool = False
     schema: dict = field(default_factory=lambda: {"type": "object"})
+    command: FakeCommand = field(default_factory=FakeCommand)
+    dir: str = "/nonexistent"
 
     def meta_json(self) -> dict:
         return {"name": self.name, "description": self.description}
@@ -72,9 +79,32 @@ class FakeRegistry:
         pass
 
 
-def make_fs(tmp: str, registry: Any = None, revwait_timeout: float = 5.0) -> ToolsrvFS:
+class FakeRunner:
+    """Echoes the args back, as a tool that cats its stdin would; no processes."""
+
+    def __init__(self) -> None:
+        self.requests: list = []
+
+    async def run(self, req: Any) -> Any:
+        from toolsrv.runner import RunResult
+        self.requests.append(req)
+        if b"fail" in req.stdin:
+            return RunResult(stdout=b"", stderr=b"it failed\n", exit_code=2, duration=0.001)
+        return RunResult(stdout=req.stdin, exit_code=0, duration=0.001)
+
+
+def make_fs(tmp: str, registry: Any = None, revwait_timeout: float = 5.0,
+            runner: Any = None) -> ToolsrvFS:
+    """A tree over a fake registry; with a runner, agents get ctl and call files."""
     store = SessionStore(os.path.join(tmp, "state"), os.path.join(tmp, "work"))
-    return ToolsrvFS(registry or FakeRegistry(), store, revwait_timeout=revwait_timeout)
+    fs = ToolsrvFS(registry or FakeRegistry(), store, revwait_timeout=revwait_timeout)
+    if runner is not None:
+        from types import SimpleNamespace
+        from toolsrv.toolfile import Calls
+        app = SimpleNamespace(registry=fs.registry, store=store, runner=runner,
+                              opts=SimpleNamespace(max_runs=4), addrs=[])
+        fs.agent_entries = Calls(app).agent_entries
+    return fs
 
 
 class ThreadServer:

@@ -19,7 +19,7 @@ import pytest
 from proto import format_msg, parse_msg
 from toolsrv.server import Conn, ServerConfig
 
-from fakes import FakeRegistry, make_fs
+from fakes import FakeRegistry, FakeRunner, make_fs
 
 HERE = pathlib.Path(__file__).parent / "transcripts"
 FILES = sorted(HERE.glob("*.txt"))
@@ -37,7 +37,7 @@ async def _yield(n: int = 20) -> None:
 
 async def replay(path: pathlib.Path, tmp: str) -> None:
     reg = FakeRegistry()
-    fs = make_fs(tmp, reg, revwait_timeout=5.0)
+    fs = make_fs(tmp, reg, revwait_timeout=5.0, runner=FakeRunner())
     replies: asyncio.Queue = asyncio.Queue()
     conn = Conn(fs, replies.put_nowait, ServerConfig(msize=8192 + 24))
     for lineno, raw in enumerate(path.read_text().splitlines(), 1):
