@@ -1,0 +1,101 @@
+"""Every bundled tool called through the server, as an agent would: success and
+failure, under the real sandbox (tools run as nobody under Landlock)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from toolsrv.client import Client, ClientError
+
+from apphelpers import AppThread
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOLS = ["file_read", "file_write", "file_edit", "file_glob", "file_grep", "memory_remember",
+         "memory_recall", "json_value", "system_logs", "client_9p"]
+
+
+@pytest.fixture(scope="module")
+def agent():
+    app = AppThread([os.path.join(REPO, "data", "tools")]).start()
+    c = Client.connect(app.addr)
+    c.mkdir("session/b")
+    c.mkdir("session/b/agent/a")
+    c.rdwr("session/b/agent/a/ctl", ("tool_load " + " ".join(TOOLS)).encode())
+
+    def call(tool: str, args: dict) -> str:
+        return c.rdwr(f"session/b/agent/a/tools/{tool}/call", json.dumps(args).encode()).decode()
+
+    yield call, c
+    c.close()
+    app.cleanup()
+
+
+def test_all_bundled_tools_load(agent):
+    _, c = agent
+    assert c.read("session/b/agent/a/ctl").decode().split() == TOOLS
+    assert c.read("tools/errors") == b""
+
+
+def test_file_tools(agent):
+    call, _ = agent
+    assert "notes.txt" in call("file_write", {"path": "notes.txt", "content": "one\ntwo\nthree\n"})
+    assert call("file_read", {"path": "notes.txt", "offset": 2, "limit": 1}).startswith("     2\ttwo")
+    assert "1" in call("file_edit", {"path": "notes.txt", "old_string": "two", "new_string": "TWO"})
+    assert "TWO" in call("file_read", {"path": "notes.txt"})
+    assert call("file_glob", {"pattern": "*.txt"}).split() == ["notes.txt"]
+    assert "notes.txt:3:three" in call("file_grep", {"pattern": "^th"})
+    with pytest.raises(ClientError, match=r"^exit \d+: .*not found.*\(input/output error\)$"):
+        call("file_edit", {"path": "notes.txt", "old_string": "absent", "new_string": "x"})
+    with pytest.raises(ClientError, match=r"^exit 1: file_read: no such file: gone.txt"):
+        call("file_read", {"path": "gone.txt"})
+    with pytest.raises(ClientError, match=r"^invalid args: 'pattern' is a required property"):
+        call("file_glob", {})
+
+
+def test_file_tools_cannot_leave_the_sandbox(agent):
+    call, _ = agent
+    with pytest.raises(ClientError, match=r"^exit \d+: .*(ermission|denied)"):
+        call("file_write", {"path": "/etc/toolsrv-escape", "content": "x"})
+    with pytest.raises(ClientError, match=r"^exit \d+: "):
+        call("file_read", {"path": "/root/.bashrc"})
+
+
+def test_memory_tools(agent):
+    call, _ = agent
+    assert call("memory_remember", {"note": "the build uses make", "tags": ["build"]})
+    call("memory_remember", {"note": "deploys happen on fridays"})
+    out = call("memory_recall", {"query": "build"})
+    assert "the build uses make" in out and "fridays" not in out
+    with pytest.raises(ClientError, match="invalid args"):
+        call("memory_remember", {"note": ""})
+
+
+def test_json_value(agent):
+    call, _ = agent
+    assert call("json_value", {"json": '{"items": [{"name": "a"}, {"name": "b"}]}',
+                               "path": ".items[1].name"}).strip() == "b"
+    with pytest.raises(ClientError, match=r"^exit \d+: "):
+        call("json_value", {"json": "{not json", "path": ".a"})
+
+
+def test_system_logs_answers_or_says_why(agent):
+    call, _ = agent
+    try:
+        out = call("system_logs", {"lines": 5})
+        assert isinstance(out, str)
+    except ClientError as e:          # the default profile cannot read the journal here
+        assert str(e).startswith("exit ") and "(input/output error)" in str(e)
+        assert "journal" in str(e) or "syslog" in str(e) or "log" in str(e)
+    with pytest.raises(ClientError, match="invalid args"):
+        call("system_logs", {"lines": 0})
+
+
+def test_client_9p_needs_its_profile(agent):
+    call, _ = agent
+    # under the default profile the tool cannot reach the server: it says so
+    with pytest.raises(ClientError, match=r"^exit 1: client_9p: "):
+        call("client_9p", {"op": "read", "path": "tools/index"})
+    with pytest.raises(ClientError, match="invalid args"):
+        call("client_9p", {"op": "chmod", "path": "x"})
