@@ -321,3 +321,52 @@ def test_registry_change_follows_loaded_tools(srv):
                 f.write(old)
         _wait_for(lambda: b"typed" in read(c, "tools/index"), "the tool to return")
         assert [s["name"] for s in json.loads(read(c, a + "/schemas"))] == ["typed"]
+
+
+def test_what_9pfuse_does_on_one_descriptor(srv):
+    """Found with the real 9pfuse: reads on a written fd come at the kernel's
+    offset; `tail -f log` reads past its snapshot; rm -r removes every file."""
+    with connect(srv) as c:
+        a = agent(c, "fuse", "a", "echo")
+        # exec 3<>call; echo '{"k": 1}' >&3; cat <&3 -- the read comes at offset 9
+        f = next(_fids)
+        c.walk(0, f, a + "/tools/echo/call")
+        c.open(f, ORDWR)
+        assert c.write(f, b'{"k": 1}\n', offset=0) == 9
+        assert c.read(f, offset=9) == b'{"k": 1}'
+        assert c.read(f, offset=17) == b""
+        c.clunk(f)
+        # the same for ctl
+        f = next(_fids)
+        c.walk(0, f, a + "/ctl")
+        c.open(f, ORDWR)
+        c.write(f, b"tool_load fail\n", offset=0)
+        assert c.read(f, offset=15) == b"echo\nfail\n"
+        c.clunk(f)
+        # tail -f log: a read past the snapshot looks again
+        g = next(_fids)
+        c.walk(0, g, a + "/log")
+        c.open(g, OREAD)
+        first = c.read(g, offset=0)
+        assert c.read(g, offset=len(first)) == b""
+        rdwr(c, a + "/ctl", b"tool_unload fail")
+        assert c.read(g, offset=len(first)).endswith(b"ctl tool_unload fail -> ok\n")
+        c.clunk(g)
+        # JSON left incomplete at close is reported in status and log
+        f = next(_fids)
+        c.walk(0, f, a + "/tools/echo/call")
+        c.open(f, OWRITE)
+        c.write(f, b'{"path":')
+        c.clunk(f)
+        assert read(c, a + "/tools/echo/status").startswith(
+            b"invalid: invalid args: incomplete JSON discarded at close")
+        # rm -r: every file and directory inside accepts Tremove, then the session goes
+        for p in ["log", "schemas", "ctl", "tools/echo/status", "tools/echo/call",
+                  "tools/echo/out", "tools/echo/err", "tools/echo", "tools"]:
+            g = next(_fids)
+            c.walk(0, g, f"{a}/{p}")
+            c.remove(g)
+        g = next(_fids)
+        c.walk(0, g, "session/fuse")
+        c.remove(g)
+        assert len(c.walk(0, next(_fids), "session/fuse")) == 1

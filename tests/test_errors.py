@@ -34,7 +34,7 @@ def test_maps_to_fitting_errno(ename):
 
 def test_table_quirks():
     # lib9p's own words that fall through to ERANGE: why we reworded them
-    for raw in ("create prohibited", "bad offset", "unknown fid", "invalid command"):
+    for raw in ("create prohibited", "bad offset", "unknown fid", "wstat prohibited"):
         assert E.errno_for(raw) == errno.ERANGE
     assert E.errno_for("x is a directory") == errno.EISDIR   # before "directory"
     assert E.errno_for("file exists") == errno.EEXIST        # before "exist"

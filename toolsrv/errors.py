@@ -58,14 +58,15 @@ DECLARED = [v for k, v in dict(globals()).items()
 _ERRTAB = [
     ("permitted", E.EPERM), ("permission", E.EACCES), ("access", E.EACCES),
     ("exists", E.EEXIST), ("exist", E.ENOENT), ("no such", E.ENOENT),
-    ("not found", E.ENOENT), ("input/output", E.EIO), ("timeout", E.ETIMEDOUT),
+    ("not found", E.ENOENT), ("not implemented", E.ENOSYS), ("input/output", E.EIO),
+    ("timeout", E.ETIMEDOUT),
     ("timed out", E.ETIMEDOUT), ("i/o", E.EIO), ("too long", E.E2BIG),
     ("interrupt", E.EINTR), ("no such", E.ENODEV), ("bad file", E.EBADF),
     (" fid ", E.EBADF), ("temporar", E.EAGAIN), ("memory", E.ENOMEM),
     ("is a directory", E.EISDIR), ("directory", E.ENOTDIR), ("argument", E.EINVAL),
     ("pipe", E.EPIPE), ("in use", E.EBUSY), ("busy", E.EBUSY),
-    ("illegal", E.EINVAL), ("read-only", E.EROFS), ("read only", E.EROFS),
-    ("proto", E.EPROTO), ("entry", E.ENOENT),
+    ("illegal", E.EINVAL), ("invalid", E.EINVAL), ("read-only", E.EROFS),
+    ("read only", E.EROFS), ("stale ", E.ESTALE), ("proto", E.EPROTO), ("entry", E.ENOENT),
 ]
 
 

@@ -20,10 +20,11 @@ from .errors import P9Error
 from .fs import AgentDir, json_text
 from .jsonargs import fit, json_state, take_elevated, validate
 from .sessions import Agent
-from .tree import Dir_, Node, TextFile, snapshot_read
+from .tree import Dir_, Node, TextFile, snapshot_read, stream_read
 
 CHUNK_WAIT = 4096   # a line this long without a newline may continue in the next Twrite
-MAX_ARGS = 1 << 20  # bytes of JSON args one call may write
+MAX_ARGS = 1 << 20  # bytes of JSON args one call may write (default of --max-args)
+MAX_CTL_LINE = 1 << 16  # bytes of one ctl line
 
 
 class Calls:
@@ -33,16 +34,20 @@ class Calls:
         self.registry = app.registry
         self.store = app.store
         addr = str(app.addrs[0]) if getattr(app, "addrs", None) else ""
-        self.sched = Scheduler(app.runner, app.registry, max_runs=app.opts.max_runs, addr=addr)
+        self.sched = Scheduler(app.runner, app.registry, max_runs=app.opts.max_runs,
+                               max_queued=getattr(app.opts, "max_queued", 1024), addr=addr)
+        self.max_args = getattr(app.opts, "max_args", MAX_ARGS)
         self.store.on_remove_agent.append(lambda a: self.sched.kill(a))
 
     def agent_entries(self, d: AgentDir) -> Iterable[Node]:
         a = d.a
         return [
             CtlFile("ctl", d.key("ctl"), d, self, a),
-            TextFile("log", d.key("log"), d, lambda: "".join(f"{ln}\n" for ln in a.log).encode()),
-            TextFile("schemas", d.key("schemas"), d, lambda: json_text(self.schemas(a))),
-            Dir_("tools", d.key("tools"), d, lambda td: self._tool_dirs(td, d)),
+            TextFile("log", d.key("log"), d, lambda: "".join(f"{ln}\n" for ln in a.log).encode(),
+                     append=True, quiet_remove=True),
+            TextFile("schemas", d.key("schemas"), d, lambda: json_text(self.schemas(a)),
+                     quiet_remove=True),
+            QuietDir("tools", d.key("tools"), d, lambda td: self._tool_dirs(td, d)),
         ]
 
     def _tool_dirs(self, td: Dir_, d: AgentDir) -> list[Node]:
@@ -134,13 +139,16 @@ class CtlFile(Node):
         return len(self._text())
 
     def read(self, fid: Any, offset: int, count: int) -> bytes:
-        return snapshot_read(fid, self._text, offset, count)
+        return stream_read(fid, self._text, offset, count)
 
     def write(self, fid: Any, offset: int, data: bytes) -> int:
         buf = fid.aux.pop("ctlbuf", b"") + data
         if not buf.endswith(b"\n") and len(data) >= CHUNK_WAIT:
             cut = buf.rfind(b"\n") + 1          # run whole lines, keep the rest for later
             fid.aux["ctlbuf"], buf = buf[cut:], buf[:cut]
+            if len(fid.aux["ctlbuf"]) > MAX_CTL_LINE:
+                del fid.aux["ctlbuf"]
+                raise P9Error(f"ctl: line longer than {MAX_CTL_LINE} bytes: too long")
         try:
             text = buf.decode()
         except UnicodeDecodeError:
@@ -169,7 +177,8 @@ class ToolCallDir(Dir_):
             CallFile("call", k("tool", name, "call"), self),
             StreamFile("out", k("tool", name, "out"), self, "stdout"),
             StreamFile("err", k("tool", name, "err"), self, "stderr"),
-            TextFile("status", k("tool", name, "status"), self, self._status),
+            TextFile("status", k("tool", name, "status"), self, self._status,
+                     quiet_remove=True),
         ]
 
     def alive(self) -> bool:
@@ -198,11 +207,13 @@ class CallFile(Node):
 
     def write(self, fid: Any, offset: int, data: bytes) -> int:
         if "call" in fid.aux:
-            raise P9Error("call: this fid has made its call; open call again (in use)")
+            raise P9Error("call: already made on this open file; open call again (in use)")
         buf = fid.aux.setdefault("argbuf", bytearray())
         buf += data
-        if len(buf) > MAX_ARGS:
-            raise P9Error(f"invalid args: longer than {MAX_ARGS} bytes: too long")
+        if len(buf) > self.parent.calls.max_args:
+            del fid.aux["argbuf"]
+            raise P9Error(f"invalid args: longer than {self.parent.calls.max_args} bytes: "
+                          "too long")
         try:
             text = buf.decode()
         except UnicodeDecodeError as e:
@@ -224,31 +235,47 @@ class CallFile(Node):
     def truncate(self, fid: Any) -> None:
         fid.aux.pop("argbuf", None)
 
+    def clunk(self, fid: Any) -> None:
+        """JSON left incomplete when the writer closes is reported, not lost."""
+        buf = fid.aux.get("argbuf")
+        if buf and "call" not in fid.aux:
+            d = self.parent
+            why = fit("invalid args: ", f"incomplete JSON discarded at close: {bytes(buf)[:60]!r}")
+            d.calls.latest(d.a)[d.tool] = invalid_call(d.tool, d.a, why)
+            d.a.note(f"call {d.tool} -> {why}")
+
     def read(self, fid: Any, offset: int, count: int) -> Any:
         call: Call | None = fid.aux.get("call")
         if call is None:
             return b""
         if call.done.is_set():
-            return _result(call, offset, count)
-        return self._wait(call, offset, count)
+            return _result(fid, call, offset, count)
+        return self._wait(fid, call, offset, count)
 
-    async def _wait(self, call: Call, offset: int, count: int) -> bytes:
+    async def _wait(self, fid: Any, call: Call, offset: int, count: int) -> bytes:
         try:
             await call.done.wait()
         except asyncio.CancelledError:
             if call.task is not None:      # a flush of this read kills the run
                 call.task.cancel()
             raise
-        return _result(call, offset, count)
+        return _result(fid, call, offset, count)
 
     def remove(self) -> None:
         return None
 
 
-def _result(call: Call, offset: int, count: int) -> bytes:
+def _result(fid: Any, call: Call, offset: int, count: int) -> bytes:
     if call.reason is not None:
         raise P9Error(call.reason)
-    return call.stdout[offset:offset + count]
+    return stream_read(fid, lambda: call.stdout, offset, count)
+
+
+class QuietDir(Dir_):
+    """A directory inside an agent: Tremove succeeds and does nothing (rm -r)."""
+
+    def remove(self) -> None:
+        return None
 
 
 class StreamFile(Node):

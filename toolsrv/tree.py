@@ -146,11 +146,14 @@ class TextFile(Node):
 
     def __init__(self, name: str, qpath: int, parent: Node | None,
                  content: Callable[[], bytes], perm: int = 0o444,
-                 version: Callable[[], int] | None = None) -> None:
+                 version: Callable[[], int] | None = None, append: bool = False,
+                 quiet_remove: bool = False) -> None:
         super().__init__(name, qpath, parent)
         self.content = content
         self.perm = perm
         self._version = version
+        self.append = append          # grows at the end: a read past the snapshot refreshes it
+        self.quiet_remove = quiet_remove
 
     def version(self) -> int:
         return self._version() if self._version else 0
@@ -159,7 +162,31 @@ class TextFile(Node):
         return len(self.content())
 
     def read(self, fid: Any, offset: int, count: int) -> bytes:
+        if self.append and offset and offset >= len(fid.aux.get("snapshot", b"")):
+            fid.aux.pop("snapshot", None)       # tail -f: look again for new lines
+            return self.content()[offset:offset + count]
         return snapshot_read(fid, self.content, offset, count)
+
+    def remove(self) -> None:
+        if not self.quiet_remove:
+            raise E.P9Error(E.EREMOVE)
+
+
+def stream_read(fid: Any, content: Callable[[], bytes], offset: int, count: int) -> bytes:
+    """Reads of a file that answers its own writes (ctl, call): offset 0 starts
+    at the beginning; any other offset continues where the fid's last read
+    ended.  9pfuse reads at the kernel's file offset, which a write on the same
+    descriptor has already moved past the bytes written."""
+    if offset == 0:
+        fid.aux["snapshot"] = content()
+        pos = 0
+    else:
+        if "snapshot" not in fid.aux:
+            fid.aux["snapshot"] = content()
+        pos = fid.aux.get("cursor", 0)
+    data = fid.aux["snapshot"][pos:pos + count]
+    fid.aux["cursor"] = pos + len(data)
+    return data
 
 
 def snapshot_read(fid: Any, content: Callable[[], bytes], offset: int, count: int) -> bytes:
