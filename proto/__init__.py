@@ -7,6 +7,6 @@ own I/O.  Malformed input raises ProtocolError and nothing else.
 from .const import *  # noqa: F401,F403
 from .errors import ProtocolError
 from .messages import *  # noqa: F401,F403
-from .codec import encode, decode, encode_dir, decode_dir, decode_dirs  # noqa: F401
+from .codec import encode, decode, encode_dir, decode_dir, decode_dirs, dir_size  # noqa: F401
 from .framing import Framer  # noqa: F401
-from .fmt import format_msg, parse_msg  # noqa: F401
+from .fmt import format_dir, format_msg, parse_msg  # noqa: F401
