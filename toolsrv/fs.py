@@ -26,6 +26,7 @@ from .sessions import Agent, Session, SessionStore
 from .tree import Dir_, Node, Qids, TextFile, snapshot_read
 
 log = logging.getLogger("toolsrv.fs")
+VALUE_MAX = 4096   # bytes of a cwd or sandbox value (PATH_MAX)
 
 
 class ToolsrvFS:
@@ -71,7 +72,8 @@ class ToolsrvFS:
             TextFile("index", self.q("tools", "index"), d, lambda: reg.index_text().encode()),
             TextFile("errors", self.q("tools", "errors"), d, lambda: reg.errors_text().encode()),
         ]
-        nodes += [ToolDir(name, self.q("tool", name), d, self) for name in sorted(reg.tools)]
+        names = reg.names() if hasattr(reg, "names") else sorted(reg.tools)
+        nodes += [ToolDir(name, self.q("tool", name), d, self) for name in names]
         return nodes
 
     def _forget_agent(self, a: Agent) -> None:
@@ -124,12 +126,18 @@ class ToolDir(Dir_):
         q = self.fs.q
         return [
             TextFile("meta", q("tool", self.name, "meta"), self,
-                     lambda: json_text(self._tool().meta_json())),
+                     lambda: _text(self._tool(), "meta_text", lambda t: json_text(t.meta_json()))),
             TextFile("schema", q("tool", self.name, "schema"), self,
-                     lambda: json_text(self._tool().schema)),
+                     lambda: _text(self._tool(), "schema_text", lambda t: json_text(t.schema))),
             TextFile("prompt", q("tool", self.name, "prompt"), self,
-                     lambda: self._tool().prompt.encode()),
+                     lambda: _text(self._tool(), "prompt_text", lambda t: t.prompt.encode())),
         ]
+
+
+def _text(tool: Any, attr: str, make: Callable[[Any], bytes]) -> bytes:
+    """The registry's cached text of a tool file, or one made from the tool."""
+    cached = getattr(tool, attr, None)
+    return cached.encode() if isinstance(cached, str) else make(tool)
 
 
 def json_text(obj: Any) -> bytes:
@@ -264,6 +272,9 @@ class ValueFile(Node):
     def write(self, fid: Any, offset: int, data: bytes) -> int:
         buf = fid.aux.setdefault("wbuf", bytearray())
         buf += data
+        if len(buf) > VALUE_MAX:
+            del fid.aux["wbuf"]
+            raise P9Error(f"{self.name}: value longer than {VALUE_MAX} bytes: too long")
         try:
             value = buf.decode().strip()
         except UnicodeDecodeError:

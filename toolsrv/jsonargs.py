@@ -86,9 +86,13 @@ def error_path(err: Any) -> str:
     return out
 
 
-def validate(schema: dict, args: dict) -> None:
-    """Raise P9Error naming the failing field when args do not fit the schema."""
-    err = best_match(validator(schema).iter_errors(args))
+def validate(tool: Any, args: dict) -> None:
+    """Raise P9Error naming the failing field when args do not fit the tool's schema.
+
+    Uses the tool's own compiled validator (the registry builds it for the
+    draft the schema declares), or compiles one for a bare schema."""
+    v = getattr(tool, "validator", None) or validator(tool.schema)
+    err = best_match(v.iter_errors(args))
     if err is not None:
         where = error_path(err)
         raise P9Error(fit("invalid args: ", (f"{where}: " if where else "") + err.message))

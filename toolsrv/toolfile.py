@@ -105,7 +105,7 @@ class Calls:
             if not isinstance(args, dict):
                 raise P9Error(fit("invalid args: ", "must be a JSON object"))
             elevated = take_elevated(args)
-            validate(tool.schema, args)
+            validate(tool, args)
         except P9Error as e:
             self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
             a.note(f"call {tool_name} {_short(args)} -> {e.ename}")
