@@ -1,0 +1,144 @@
+"""Launch cost of a tool run: plain spawn vs the sandboxed runner, small and at 1 GiB.
+
+Measured in one process, round-robin (plain/sandboxed, then plain/preexec), so the host's
+noise hits the variants compared alike:
+  plain      asyncio.create_subprocess_exec(/bin/true) with stdin/stdout/stderr pipes and
+             communicate(): what an unsandboxed server would do
+  preexec    the same with a no-op preexec_fn (forces a real fork() of the server): reference
+  sandboxed  Runner.run() of /bin/true under the shipped default profile: Landlock, uid
+             switch (as root), PID namespace, empty network namespace, rlimits, private
+             per-call temporary directory
+Then this process allocates and touches 1 GiB and measures all three again.  Targets (issue
+4 §3): sandboxed <= plain + 1.5 ms, and no growth at 1 GiB.
+
+    python -m bench.bench_launch [-n 300] [--quick] [--no-big] [--json FILE]
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import finish, lat, parser, row  # noqa: E402
+from toolsrv.runner import Runner, RunRequest  # noqa: E402
+from toolsrv.sandbox import load_profile  # noqa: E402
+
+B = "launch"
+PIPE = asyncio.subprocess.PIPE
+BUDGET_MS = 1.5
+
+
+async def plain(preexec: bool = False) -> None:
+    kw: dict[str, Any] = {"preexec_fn": (lambda: None)} if preexec else {}
+    proc = await asyncio.create_subprocess_exec("/bin/true", stdin=PIPE, stdout=PIPE,
+                                                stderr=PIPE, **kw)
+    await proc.communicate(b"{}")
+
+
+async def measure(variants: dict[str, Callable[[], Awaitable[Any]]], n: int
+                  ) -> dict[str, dict[str, float]]:
+    """n rounds; each round runs every variant once, in turn."""
+    for fn in variants.values():
+        for _ in range(10):
+            await fn()
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(n):
+        for name, fn in variants.items():
+            t = time.perf_counter()
+            await fn()
+            samples[name].append(time.perf_counter() - t)
+    return {k: lat(v) for k, v in samples.items()}
+
+
+async def concurrent(runner: Runner, req: RunRequest, k: int, rounds: int) -> dict[str, float]:
+    """k runs at once, `rounds` times: milliseconds per run within a batch."""
+    per_run = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        results = await asyncio.gather(*(runner.run(req) for _ in range(k)))
+        per_run.append((time.perf_counter() - t) / k)
+        assert all(r.exit_code == 0 for r in results), results[0]
+    return lat(per_run)
+
+
+def phase_rows(label: str, m: dict[str, dict[str, float]], r: dict[str, dict[str, float]]
+               ) -> list[dict]:
+    plain_, sand = m["plain"], m["sandboxed"]
+    over = sand["median"] - plain_["median"]
+    return [
+        row(B, f"sandboxed /bin/true{label}", "ms", sand, "plain create_subprocess_exec",
+            plain_, f"<= plain + {BUDGET_MS} ms", over <= BUDGET_MS,
+            f"+{over:.2f} ms over plain"),
+        row(B, f"preexec_fn /bin/true{label}", "ms", r["preexec"],
+            "plain create_subprocess_exec", r["plain"], "informative"),
+    ]
+
+
+async def run(opts: Any) -> tuple[list[dict], dict]:
+    n = opts.n or (60 if opts.quick else 300)
+    base = Path(tempfile.mkdtemp(prefix="bench-launch-"))
+    os.chmod(base, 0o755)
+    cwd = base / "cwd"
+    cwd.mkdir()
+    runner = Runner()
+    await runner.start()
+    if runner.tool_uid():
+        os.chown(cwd, *runner.tool_uid())  # type: ignore[misc]
+    req = RunRequest(argv=["/bin/true"], stdin=b"{}", cwd=str(cwd), env={},
+                     profile=load_profile("default"))
+    # Two interleavings: a preexec_fn fork leaves the server's pages copy-on-write, which
+    # costs whatever runs next, so preexec is kept out of the headline pair.
+    pair: dict[str, Callable[[], Awaitable[Any]]] = {
+        "plain": plain, "sandboxed": lambda: runner.run(req)}
+    ref: dict[str, Callable[[], Awaitable[Any]]] = {
+        "plain": plain, "preexec": lambda: plain(preexec=True)}
+    extra: dict[str, Any] = {"summary": runner.summary(), "python": sys.version.split()[0],
+                             "loadavg": os.getloadavg()}
+    try:
+        small = await measure(pair, n)
+        rows = phase_rows("", small, await measure(ref, n // 3))
+        conc = await concurrent(runner, req, opts.concurrency, 5 if opts.quick else 20)
+        rows.append(row(B, f"sandboxed, {opts.concurrency} at once, per run", "ms", conc,
+                        "plain create_subprocess_exec, sequential", small["plain"],
+                        "informative"))
+        if not opts.no_big:
+            ballast = bytearray(1 << 30)
+            for i in range(0, len(ballast), 4096):
+                ballast[i] = 1
+            big = await measure(pair, max(50, n * 2 // 3))
+            rows += phase_rows(", server at 1 GiB", big, await measure(ref, max(20, n // 6)))
+            del ballast
+            grow = big["sandboxed"]["median"] - small["sandboxed"]["median"]
+            rows.append(row(B, "sandboxed /bin/true, server at 1 GiB", "ms", big["sandboxed"],
+                            "sandboxed, small server", small["sandboxed"], "flat (<= +0.5 ms)",
+                            grow <= 0.5, f"{grow:+.2f} ms"))
+    finally:
+        await runner.close()
+        cwd.rmdir()
+        base.rmdir()
+    return rows, extra
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = parser(__doc__)
+    ap.add_argument("-n", type=int, default=0, help="rounds (default 300, --quick 60)")
+    ap.add_argument("--no-big", action="store_true", help="skip the 1 GiB phase")
+    ap.add_argument("--concurrency", type=int, default=32)
+    opts = ap.parse_args(argv)
+    rows, extra = asyncio.run(run(opts))
+    print(extra["summary"])
+    print(f"load average {extra['loadavg'][0]:.2f} on {os.cpu_count()} cpus, "
+          f"python {extra['python']}")
+    finish(rows, opts, extra)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

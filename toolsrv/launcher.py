@@ -1,0 +1,302 @@
+# toolsrv/launcher.py — the server's side of the zygote (toolsrv/zygote.py).
+#
+# Theory of operation.  Launcher starts the zygote with subprocess.Popen (vfork + exec of
+# `python -I -S`: flat cost whatever the server's size, and no preexec_fn), keeps one end of a
+# SOCK_SEQPACKET socketpair, and watches it from the event loop with add_reader; a pidfd on the
+# zygote tells when it is gone so it can be reaped.  spawn() is synchronous: it creates the
+# three pipes, sends the request with the child ends as SCM_RIGHTS, closes those ends and
+# returns a LaunchHandle whose one future the zygote's reply resolves:
+#   exited -> (wait status, None) when the run has ended and its namespace is gone, or
+#             (None, reason) when it could not be launched (or the zygote died)
+# There is no "started" reply: a kill may be sent at any time after the spawn, because the
+# zygote reads requests in order.  The future carries values, never exceptions, so a
+# cancelled caller leaves nothing unretrieved.
+# If the zygote dies, every pending handle ends with "launcher died" (the tools die with it:
+# see zygote.py) and the next ensure() starts a new zygote.  Collector and Feeder pump a
+# run's pipes from the event loop in CHUNK-sized steps, so memory per stream stays bounded.
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+MAX_PACKET = 1 << 20
+CHUNK = 65536  # pipe read/write size: bounds what one callback holds
+_ROOT = str(Path(__file__).resolve().parents[1])
+_BOOT = "import sys; sys.path.insert(0, sys.argv[4]); from toolsrv.zygote import main; " \
+        "main(sys.argv[1:4])"
+
+
+class LauncherDied(Exception):
+    """The zygote is gone (or could not start)."""
+
+
+class LaunchHandle:
+    """One spawned run: our ends of its pipes and the zygote's answers."""
+
+    def __init__(self, run_id: int, fds: tuple[int, int, int]) -> None:
+        loop = asyncio.get_running_loop()
+        self.id = run_id
+        self.stdin, self.stdout, self.stderr = fds
+        self.killed = False
+        self.exited: asyncio.Future[tuple[int | None, str | None]] = loop.create_future()
+        self._owned = True
+
+    def taken(self) -> None:
+        """The pumps own the pipe fds now; close_fds() leaves them alone."""
+        self._owned = False
+
+    def close_fds(self) -> None:
+        if self._owned:
+            for fd in (self.stdin, self.stdout, self.stderr):
+                os.close(fd)
+            self._owned = False
+
+    def _set(self, fut: asyncio.Future, value: object) -> None:
+        if not fut.done():
+            fut.set_result(value)
+
+
+class Launcher:
+    """Client of one zygote process; restarts it on demand after it dies."""
+
+    def __init__(self, rlimits: dict[str, int] | None = None, namespaces: bool = True,
+                 python: str | None = None) -> None:
+        self.python = python or sys.executable
+        self.options = {"rlimits": {k: [v, v] for k, v in (rlimits or {}).items()},
+                        "namespaces": namespaces}
+        self.pidns = False
+        self.netns = False
+        self.zygote_pid: int | None = None
+        self._sock: socket.socket | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._handles: dict[int, LaunchHandle] = {}
+        self._ids = itertools.count(1)
+        self._lock = asyncio.Lock()
+        self._gone: asyncio.Future[None] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._sock is not None
+
+    async def ensure(self) -> None:
+        """Start the zygote unless it runs."""
+        if self._sock is not None:
+            return
+        async with self._lock:
+            if self._sock is None:
+                await self._start()
+
+    async def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            proc = subprocess.Popen(
+                [self.python, "-I", "-S", "-c", _BOOT, str(child.fileno()), str(os.getpid()),
+                 json.dumps(self.options), _ROOT], pass_fds=(child.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            child.close()
+        parent.setblocking(False)
+        try:
+            hello = json.loads(await asyncio.wait_for(loop.sock_recv(parent, MAX_PACKET), 20))
+        except (TimeoutError, ValueError, OSError) as e:
+            proc.kill()
+            proc.wait()
+            parent.close()
+            raise LauncherDied(f"launcher did not start: {e!r}") from None
+        self.pidns, self.netns = hello["pidns"], hello["netns"]
+        self.zygote_pid = proc.pid
+        self._sock, self._proc = parent, proc
+        self._gone = loop.create_future()
+        pidfd = os.pidfd_open(proc.pid)
+        loop.add_reader(pidfd, self._on_exit, pidfd, proc, self._gone)
+        loop.add_reader(parent.fileno(), self._on_readable)
+
+    def spawn(self, msg: dict) -> LaunchHandle:
+        """Send one spawn request; the handle's futures report its start and its end."""
+        if self._sock is None:
+            raise LauncherDied("launcher not running")
+        stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
+        stdout_r, stdout_w = os.pipe2(os.O_CLOEXEC)
+        stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
+        child_ends = [stdin_r, stdout_w, stderr_w]
+        handle = LaunchHandle(next(self._ids), (stdin_w, stdout_r, stderr_r))
+        try:
+            self._send({**msg, "id": handle.id}, child_ends)
+        except BaseException:
+            handle.close_fds()
+            raise
+        finally:
+            for fd in child_ends:
+                os.close(fd)
+        self._handles[handle.id] = handle
+        return handle
+
+    def kill(self, handle: LaunchHandle) -> None:
+        """SIGKILL the run's whole tree (the zygote handles requests in order)."""
+        handle.killed = True
+        if not handle.exited.done() and self._sock is not None:
+            try:
+                self._send({"op": "kill", "id": handle.id}, [])
+            except (OSError, LauncherDied):
+                pass
+
+    def _send(self, msg: dict, fds: list[int]) -> None:
+        assert self._sock is not None
+        data = json.dumps(msg).encode()
+        while True:
+            try:
+                socket.send_fds(self._sock, [data], fds)
+                return
+            except BlockingIOError:  # the zygote is behind: wait for room, briefly
+                if not select.select([], [self._sock], [], 5)[1]:
+                    raise LauncherDied("launcher not accepting requests") from None
+            except OSError as e:
+                if e.errno == 90:  # EMSGSIZE
+                    raise OSError(f"request too large ({len(data)} bytes)") from None
+                self._died()
+                raise LauncherDied(f"launcher died: {e}") from None
+
+    def _on_readable(self) -> None:
+        while self._sock is not None:
+            try:
+                data = self._sock.recv(MAX_PACKET)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._died()
+                return
+            self._dispatch(json.loads(data))
+
+    def _dispatch(self, msg: dict) -> None:
+        handle = self._handles.get(msg["id"])
+        if handle is None:
+            return
+        op = msg["op"]
+        del self._handles[handle.id]
+        if op == "error":
+            handle._set(handle.exited, (None, msg["error"]))
+        elif op == "exit":
+            handle._set(handle.exited, (msg["status"], None))
+
+    def _died(self) -> None:
+        if self._sock is None:
+            return
+        asyncio.get_running_loop().remove_reader(self._sock.fileno())
+        self._sock.close()
+        self._sock = None
+        handles, self._handles = self._handles, {}
+        for h in handles.values():
+            h._set(h.exited, (None, "launcher died"))
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()  # a zygote that broke the protocol must not linger
+
+    def _on_exit(self, pidfd: int, proc: subprocess.Popen[bytes],
+                 gone: asyncio.Future[None]) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        proc.wait()
+        if proc is self._proc:
+            self._died()
+        if not gone.done():
+            gone.set_result(None)
+
+    async def close(self) -> None:
+        """Kill all runs, wait for their ends (bounded), stop the zygote."""
+        if self._sock is None:
+            return
+        handles = list(self._handles.values())
+        for h in handles:
+            self.kill(h)
+        if handles:
+            await asyncio.wait([h.exited for h in handles], timeout=5)
+        gone = self._gone
+        self._died()
+        if gone is not None:
+            await asyncio.wait({gone}, timeout=5)
+
+
+class Collector:
+    """Reads one pipe in bounded chunks; on overflow keeps cap bytes, calls on_overflow (which
+    kills the run) and discards the rest until EOF."""
+
+    def __init__(self, fd: int, cap: int, on_overflow: object) -> None:
+        self.fd, self.cap, self.on_overflow = fd, cap, on_overflow
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.overflow = False
+        loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[None] = loop.create_future()
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data = os.read(self.fd, CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.stop()
+            return
+        if self.overflow:
+            return  # discard until the kill lands, so the tool dies by it, not by SIGPIPE
+        room = self.cap - self.size
+        if len(data) > room:
+            self.chunks.append(data[:room])
+            self.size = self.cap
+            self.overflow = True
+            self.on_overflow()  # type: ignore[operator]
+            return
+        self.chunks.append(data)
+        self.size += len(data)
+
+    def stop(self) -> None:
+        if self.fd >= 0:
+            asyncio.get_running_loop().remove_reader(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def value(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+class Feeder:
+    """Writes stdin without blocking the loop; gives up quietly when the tool closes it."""
+
+    def __init__(self, fd: int, data: bytes) -> None:
+        self.fd, self.data = fd, memoryview(data)
+        os.set_blocking(fd, False)
+        self._write()
+        if self.fd >= 0:
+            asyncio.get_running_loop().add_writer(fd, self._write)
+
+    def _write(self) -> None:
+        try:
+            while self.data:
+                self.data = self.data[os.write(self.fd, self.data[:CHUNK]):]
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        self.stop()
+
+    def stop(self) -> None:
+        if self.fd >= 0:
+            asyncio.get_running_loop().remove_writer(self.fd)
+            os.close(self.fd)
+            self.fd = -1

@@ -1,0 +1,359 @@
+# toolsrv/runner.py — run one tool call confined, bounded and killable (the public API).
+#
+# Theory of operation.  Runner.run() checks the call may run (Landlock present, or the
+# profile is best_effort; an elevated call needs the broker's yes), takes a fresh private
+# directory from _Scratch, resolves the profile for this call, and hands a spawn request to
+# the zygote through the Launcher (toolsrv/launcher.py, toolsrv/zygote.py: a small process
+# started by Runner.start(); the server itself never forks).  The server keeps its ends of
+# the three pipes and pumps them from the event loop: stdin written without blocking, stdout
+# and stderr read in 64 KiB chunks into buffers capped per stream.  One deadline covers the
+# whole call.
+#
+# Every way a run can end early goes through the zygote's kill, which SIGKILLs the run's PID
+# namespace (or, without namespaces, its process group and adopted orphans): timeout, an
+# output cap hit, cancellation of the caller's task, close().  Invariants: the server holds
+# at most cap + 64 KiB per stream; a run's directory is removed only after the zygote has
+# reported the run's namespace empty (nothing is still writing in it); a cancelled run()
+# sends the kill before it re-raises CancelledError.
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+import os
+import pwd
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolsrv import landlock
+from toolsrv.elevation import request_approval
+from toolsrv.launcher import Collector, Feeder, Launcher, LauncherDied, LaunchHandle
+from toolsrv.sandbox import Policy, Profile, landlock_status, missing_parts, placeholder_values
+
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+DEFAULT_RLIMITS = {"as": 8 << 30, "fsize": 1 << 30, "nofile": 4096, "core": 0, "nproc": 4096}
+DRAIN_GRACE = 2.0  # seconds to reach EOF on the pipes after the run has ended or been killed
+
+
+@dataclass
+class RunnerConfig:
+    """Server-wide settings of the runner; a profile's general.timeout overrides timeout.
+
+    rlimits: name -> value (soft = hard) among cpu, as, fsize, nofile, core, nproc, data,
+    stack, memlock.  Without "cpu", each run gets ceil(timeout) + 1 CPU seconds."""
+
+    timeout: float = 30.0
+    stdout_cap: int = 10 * 2**20
+    stderr_cap: int = 10 * 2**20
+    run_as: str | int | None = "nobody"  # used only when the server runs as root
+    rlimits: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_RLIMITS))
+    tmp_base: str | None = None  # per-call dirs go here; default <tempdir>/toolsrv-<euid>
+    approval_timeout: float = 60.0  # no answer from the broker in time means no
+    bypass_socket: str | None = None  # used when the request's env has no OLLIE_BYPASS_SOCKET
+    namespaces: bool = True  # PID/network namespaces where the kernel allows; False: groups
+
+
+@dataclass
+class RunRequest:
+    """One tool call: the resolved command and everything it runs with."""
+
+    argv: list[str]
+    stdin: bytes
+    cwd: str
+    env: dict[str, str]
+    profile: Profile
+    tool_dir: str | None = None
+    timeout: float | None = None
+    elevated: bool = False
+    context: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    """How a run ended. error is set when it was refused or could not be launched."""
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    cancelled: bool = False
+    truncated: str | None = None
+    duration: float = 0.0  # seconds from launch (after any approval) to the end
+    error: str | None = None
+    timeout_used: float = 0.0
+
+
+class Runner:
+    """Runs tool calls through a pre-started launcher process; create one per server."""
+
+    def __init__(self, config: RunnerConfig | None = None) -> None:
+        self.config = config or RunnerConfig()
+        for name in self.config.rlimits:
+            if name not in ("cpu", "as", "fsize", "nofile", "core", "nproc", "data", "stack",
+                            "memlock"):
+                raise ValueError(f"rlimits: unknown limit {name!r}")
+        self.status = landlock_status()
+        self.launcher = Launcher(self._launcher_limits(), self.config.namespaces)
+        self._uid = self._resolve_uid()
+        self.scratch = _Scratch(self.config.tmp_base, self._uid)
+        self._background: set[asyncio.Task[None]] = set()
+
+    def _launcher_limits(self) -> dict[str, int]:
+        """The server-wide rlimits, which the zygote takes on itself and passes to every tool.
+
+        The zygote must still work under them, hence floors; cpu is set per run instead."""
+        limits = {k: v for k, v in self.config.rlimits.items() if k != "cpu"}
+        for name, floor in (("nofile", 64), ("as", 256 << 20), ("data", 256 << 20),
+                            ("stack", 1 << 20), ("nproc", 64)):
+            if name in limits and limits[name] < floor:
+                raise ValueError(f"rlimits: {name} below {floor} would starve the launcher")
+        return limits
+
+    def _resolve_uid(self) -> tuple[int, int] | None:
+        who = self.config.run_as
+        if who is None or os.geteuid() != 0:
+            return None
+        try:
+            pw = pwd.getpwnam(who) if isinstance(who, str) else pwd.getpwuid(who)
+            return pw.pw_uid, pw.pw_gid
+        except KeyError:
+            if isinstance(who, int):
+                return who, who
+            raise ValueError(f"run_as: no such user {who!r}") from None
+
+    def tool_uid(self) -> tuple[int, int] | None:
+        """(uid, gid) tools run as, or None when the runner does not switch users."""
+        return self._uid
+
+    def summary(self) -> str:
+        """One line for the start-up log: Landlock parts and the containment in use."""
+        la = self.launcher
+        who = f"uid {self._uid[0]}" if self._uid else "the server's uid"
+        return (f"{self.status}; pid namespace per run: {'yes' if la.pidns else 'no'}; "
+                f"no-network netns: {'yes' if la.netns else 'no'}; tools run as {who}")
+
+    async def start(self) -> None:
+        """Start the zygote (call early, while the server is small)."""
+        await self.launcher.ensure()
+        self.scratch.refill()
+
+    async def close(self) -> None:
+        """Kill every running run and stop the zygote."""
+        await self.launcher.close()
+        if self._background:
+            await asyncio.wait(self._background, timeout=5)
+        await self.scratch.close()
+
+    async def run(self, req: RunRequest) -> RunResult:
+        """Run one call to its end; see RunResult. Cancellation kills the run, then re-raises."""
+        t0 = time.monotonic()
+        timeout = req.timeout or req.profile.timeout or self.config.timeout
+        res = RunResult(timeout_used=timeout)
+        await self.launcher.ensure()
+        refusal = await self._refusal(req)
+        if refusal:
+            res.error, res.duration = refusal, time.monotonic() - t0
+            return res
+        t0 = time.monotonic()  # the deadline and the duration start here, after any approval
+        try:
+            tmpdir = await self.scratch.take()
+        except OSError as e:
+            res.error, res.duration = f"sandbox: temporary directory: {e}", time.monotonic() - t0
+            return res
+        try:
+            policy = req.profile.resolve(placeholder_values(req.cwd, tmpdir, req.tool_dir))
+            handle = self.launcher.spawn(self._spawn_message(req, policy, tmpdir, timeout))
+        except (OSError, LauncherDied, ValueError) as e:
+            self.scratch.release(tmpdir)
+            res.error, res.duration = f"sandbox: launch failed: {e}", time.monotonic() - t0
+            return res
+        try:
+            await self._pump(handle, req.stdin, t0 + timeout, res)
+        except asyncio.CancelledError:
+            self.launcher.kill(handle)
+            handle.close_fds()
+            self._later(self._reap_then_remove(handle, tmpdir))
+            raise
+        self.scratch.release(tmpdir)
+        res.duration = time.monotonic() - t0
+        return res
+
+    async def _refusal(self, req: RunRequest) -> str | None:
+        if req.elevated:
+            sock = req.env.get("OLLIE_BYPASS_SOCKET") or self.config.bypass_socket
+            ask = {"session": req.context.get("session"), "agent": req.context.get("agent"),
+                   "tool": req.context.get("tool"), "args": req.context.get("args"),
+                   "cwd": req.cwd}
+            ok, reason = await request_approval(sock, ask, self.config.approval_timeout)
+            return None if ok else f"elevation denied: {reason}"
+        missing = missing_parts(req.profile, self.status, self.launcher.netns)
+        if missing and not req.profile.best_effort:
+            return f"sandbox: landlock unavailable: {'; '.join(missing)}"
+        return None
+
+    def _spawn_message(self, req: RunRequest, policy: Policy, tmpdir: str,
+                       timeout: float) -> dict:
+        env = {**policy.env, **req.env, "TMPDIR": tmpdir}
+        env.setdefault("PATH", DEFAULT_PATH)
+        cpu = self.config.rlimits.get("cpu", math.ceil(timeout) + 1)
+        rules = None
+        if not req.elevated and self.status.abi > 0:
+            tcp = policy.network != "unrestricted"
+            scope = landlock.SCOPE_SIGNAL | (0 if policy.network == "unrestricted"
+                                             else landlock.SCOPE_ABSTRACT_UNIX)
+            rules = {"abi": self.status.abi, "net": tcp, "scoped": scope, "cached": policy.fixed,
+                     "paths": [(p, landlock.ACCESS[a]) for p, a in policy.paths],
+                     "bind_tcp": list(policy.bind_tcp), "connect_tcp": list(policy.connect_tcp)}
+        uid = self._uid
+        return {"op": "spawn", "argv": list(req.argv), "env": env, "cwd": req.cwd,
+                "uid": uid[0] if uid else None, "gid": uid[1] if uid else None,
+                "rlimits": {"cpu": [cpu, cpu]}, "landlock": rules,
+                "netns": policy.network == "none" and not req.elevated,
+                "nnp": not req.elevated}
+
+    async def _pump(self, handle: LaunchHandle, stdin: bytes, deadline: float,
+                    res: RunResult) -> None:
+        """Feed stdin, collect output, wait for the exit; fill res."""
+        out = Collector(handle.stdout, self.config.stdout_cap, lambda: self.launcher.kill(handle))
+        err = Collector(handle.stderr, self.config.stderr_cap, lambda: self.launcher.kill(handle))
+        feeder = Feeder(handle.stdin, stdin)
+        handle.taken()
+        try:
+            await self._wait_end(handle, out, err, deadline, res)
+        finally:
+            out.stop()
+            err.stop()
+            feeder.stop()
+        res.stdout, res.stderr = out.value(), err.value()
+        res.truncated = "stdout" if out.overflow else "stderr" if err.overflow else None
+        res.cancelled = handle.killed and not res.timed_out and not res.truncated
+        if not handle.exited.done():
+            res.error = "sandbox: launcher lost the run"
+            return
+        status, error = handle.exited.result()
+        if status is not None:
+            code = os.waitstatus_to_exitcode(status)
+            res.exit_code, res.signal = (code, None) if code >= 0 else (None, -code)
+        if error and not res.error:
+            res.error = f"sandbox: launch failed: {error}"
+
+    async def _wait_end(self, handle: LaunchHandle, out: Collector, err: Collector,
+                        deadline: float, res: RunResult) -> None:
+        """Wait for exit and EOF on both pipes; kill on the deadline; bounded drain after."""
+        waits: set[asyncio.Future[Any]] = {handle.exited, out.done, err.done}
+        _, pending = await asyncio.wait(waits, timeout=max(0.0, deadline - time.monotonic()))
+        if handle.exited in pending:
+            res.timed_out = not (out.overflow or err.overflow)
+            self.launcher.kill(handle)
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=DRAIN_GRACE)
+        if handle.exited in pending:
+            await asyncio.wait({handle.exited}, timeout=DRAIN_GRACE)
+
+    async def _reap_then_remove(self, handle: LaunchHandle, tmpdir: str) -> None:
+        await asyncio.wait({handle.exited}, timeout=10)
+        self.scratch.release(tmpdir)
+
+    def _later(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+class _Scratch:
+    """Private per-call directories (0700, owned by the tool's uid), made ahead of need and
+    removed after use in worker threads: mkdir and rmdir cost milliseconds on some disks, and
+    the event loop must not wait for them.  A directory is handed out once, never reused."""
+
+    def __init__(self, base: str | None, owner: tuple[int, int] | None, ahead: int = 8) -> None:
+        self.base = base or os.path.join(tempfile.gettempdir(), f"toolsrv-{os.geteuid()}")
+        self.owner, self.ahead = owner, ahead
+        self.ready: collections.deque[str] = collections.deque()
+        self.filling = False
+        self.pending: set[asyncio.Future[None]] = set()
+        self._checked = False
+
+    def _make(self) -> str:
+        if not self._checked:
+            try:
+                os.mkdir(self.base, 0o711)
+            except FileExistsError:
+                pass
+            st = os.lstat(self.base)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                raise OSError(f"{self.base} is not a directory owned by us")
+            os.chmod(self.base, 0o711)
+            self._checked = True
+            self._sweep()
+        path = tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=self.base)
+        if self.owner:
+            os.chown(path, *self.owner)
+        return path
+
+    def _sweep(self) -> None:
+        """Remove directories left by servers that died (named run-<server pid>-…)."""
+        for name in os.listdir(self.base):
+            parts = name.split("-")
+            if len(parts) < 3 or parts[0] != "run" or not parts[1].isdigit():
+                continue
+            pid = int(parts[1])
+            if pid == os.getpid():
+                continue
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                shutil.rmtree(os.path.join(self.base, name), ignore_errors=True)
+            except PermissionError:
+                pass
+
+    def _fill(self) -> None:
+        while len(self.ready) < self.ahead:
+            self.ready.append(self._make())
+
+    def _track(self, fut: asyncio.Future[None]) -> None:
+        def done(f: asyncio.Future[None]) -> None:
+            self.pending.discard(f)
+            if not f.cancelled():
+                f.exception()  # retrieved: a failed rmtree is not worth a warning
+
+        self.pending.add(fut)
+        fut.add_done_callback(done)
+
+    def refill(self) -> None:
+        if self.filling or len(self.ready) > self.ahead // 2:
+            return
+        self.filling = True
+        fut = asyncio.get_running_loop().run_in_executor(None, self._fill)
+        fut.add_done_callback(lambda _: setattr(self, "filling", False))
+        self._track(fut)
+
+    async def take(self) -> str:
+        try:
+            path = self.ready.popleft()
+        except IndexError:
+            made = asyncio.get_running_loop().run_in_executor(None, self._make)
+            try:
+                path = await asyncio.shield(made)
+            except asyncio.CancelledError:  # the caller is gone: the directory is not
+                made.add_done_callback(
+                    lambda f: None if f.cancelled() or f.exception() else self.release(f.result()))
+                raise
+        self.refill()
+        return path
+
+    def release(self, path: str) -> None:
+        self._track(asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, path, True))
+
+    async def close(self) -> None:
+        if self.pending:
+            await asyncio.wait(self.pending, timeout=10)
+        while self.ready:
+            self.release(self.ready.popleft())
+        if self.pending:
+            await asyncio.wait(self.pending, timeout=10)
