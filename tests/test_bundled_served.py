@@ -92,10 +92,18 @@ def test_system_logs_answers_or_says_why(agent):
         call("system_logs", {"lines": 0})
 
 
-def test_client_9p_needs_its_profile(agent):
-    call, _ = agent
-    # under the default profile the tool cannot reach the server: it says so
-    with pytest.raises(ClientError, match=r"^exit 1: client_9p: "):
-        call("client_9p", {"op": "read", "path": "tools/index"})
+def test_client_9p_loads_a_tool_through_its_own_server(agent):
+    call, c = agent
+    index = call("client_9p", {"op": "read", "path": "tools/index"})
+    assert index == c.read("tools/index").decode()
+    out = call("client_9p", {"op": "rdwr", "path": "session/b/agent/a/ctl",
+                             "data": "tool_unload json_value"})
+    assert "json_value" not in out.split() and "file_read" in out.split()
+    assert b"json_value" not in c.read("session/b/agent/a/ctl")
+    with pytest.raises(ClientError, match=r"^exit 1: client_9p: rdwr session/b/agent/a/ctl: "
+                                          r"tool_load: no such tool: nope"):
+        call("client_9p", {"op": "rdwr", "path": "session/b/agent/a/ctl",
+                           "data": "tool_load nope"})
     with pytest.raises(ClientError, match="invalid args"):
         call("client_9p", {"op": "chmod", "path": "x"})
+    c.rdwr("session/b/agent/a/ctl", b"tool_load json_value")

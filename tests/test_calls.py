@@ -370,3 +370,22 @@ def test_what_9pfuse_does_on_one_descriptor(srv):
         c.walk(0, g, "session/fuse")
         c.remove(g)
         assert len(c.walk(0, next(_fids), "session/fuse")) == 1
+
+
+def test_cancel_keeps_what_the_run_printed(srv):
+    add_tool(srv.tools, "chatty", "#!/bin/sh\necho start\necho warming >&2\nexec sleep 63.5\n")
+    with connect(srv) as c:
+        _wait_for(lambda: b"chatty" in read(c, "tools/index"), "the new tool")
+        a = agent(c, "partial", "a", "chatty")
+        f = next(_fids)
+        c.walk(0, f, a + "/tools/chatty/call")
+        c.open(f, OWRITE)
+        c.write(f, b"{}")
+        c.clunk(f)
+        _wait_for(lambda: _procs("63.5"), "the tool to start")
+        rdwr(c, a + "/ctl", b"cancel chatty")
+        assert read(c, a + "/tools/chatty/out") == b"start\n"
+        assert read(c, a + "/tools/chatty/err") == b"warming\n"
+        assert read(c, a + "/tools/chatty/status").startswith(b"killed ")
+        assert not _procs("63.5")
+        assert "interrupted: cancelled" in read(c, a + "/log").decode()

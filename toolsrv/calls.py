@@ -44,6 +44,7 @@ class Call:
     started: float = field(default_factory=time.monotonic)
     duration: float = 0.0
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    kill: asyncio.Event = field(default_factory=asyncio.Event)   # set: end the run, keep output
     task: asyncio.Task | None = None
 
     @property
@@ -116,9 +117,10 @@ class Scheduler:
     """Runs calls through the runner within the server-wide and per-agent limits."""
 
     def __init__(self, runner: Any, registry: Any, max_runs: int = 16,
-                 max_queued: int = 1024, addr: str = "") -> None:
+                 max_queued: int = 1024, addr: str = "", connect: Any = None) -> None:
         self.runner = runner
         self.registry = registry
+        self.connect = connect     # async () -> socket connected to this server, or None
         self.slots = asyncio.Semaphore(max_runs)
         self.max_queued = max_queued
         self.addr = addr
@@ -128,9 +130,10 @@ class Scheduler:
     def start(self, call: Call, tool: Any, profile_name: str) -> None:
         queued = sum(1 for c in self.live if c.state == "queued")
         if queued >= self.max_queued:
-            raise P9Error("resource busy: too many queued calls")
+            raise P9Error(f"resource busy: too many queued calls (limit {self.max_queued})")
         self.live.add(call)
         call.task = asyncio.get_running_loop().create_task(self._run(call, tool, profile_name))
+        call.task.add_done_callback(lambda _: self._end(call))   # even if cancelled unstarted
 
     async def _run(self, call: Call, tool: Any, profile_name: str) -> None:
         a = call.agent
@@ -150,19 +153,29 @@ class Scheduler:
             log.exception("call of %s failed", call.tool)
             call.state, call.reason = "refused", fit("input/output error: ", str(e), "")
         finally:
-            call.duration = time.monotonic() - call.started
-            self.live.discard(call)
-            call.done.set()
-            a.note(f"call {call.tool} -> {call.status_line().strip()}"
-                   + (f": {call.reason}" if call.reason and call.state not in
-                      ("invalid", "refused") else ""))
+            self._end(call)
+
+    def _end(self, call: Call) -> None:
+        """Once per call: it leaves the live set and wakes its readers."""
+        if call.done.is_set():
+            return
+        if call.state in ("queued", "running") and call.result is None:
+            call.state, call.reason = "killed", "interrupted: cancelled"   # never started
+        call.duration = time.monotonic() - call.started
+        self.live.discard(call)
+        call.done.set()
+        call.agent.note(f"call {call.tool} -> {call.status_line().strip()}"
+                        + (f": {call.reason}" if call.reason and call.state not in
+                           ("invalid", "refused") else ""))
 
     async def _slot_run(self, call: Call, tool: Any, profile_name: str) -> None:
         from .runner import RunRequest
         from .sandbox import load_profile
         async with self.slots:
+            # a tool may declare the profile it needs (client_9p: "client9p")
+            declared = (getattr(tool, "extra", None) or {}).get("sandbox")
             try:
-                profile = load_profile(profile_name)
+                profile = load_profile(declared if isinstance(declared, str) else profile_name)
             except Exception as e:
                 raise P9Error(fit("sandbox: ", str(e))) from None
             s = call.agent.session
@@ -170,22 +183,40 @@ class Scheduler:
                    "OLLIE_BYPASS_SOCKET": os.environ.get("OLLIE_BYPASS_SOCKET", ""),
                    "PWD": s.cwd, "OLLIE_SESSION_ID": s.name, "OLLIE_AGENT": call.agent.name,
                    "TOOLSRV_ADDR": self.addr}
-            req = RunRequest(argv=list(tool.command.argv),
-                             stdin=json.dumps(call.args).encode(), cwd=s.cwd, env=env,
-                             profile=profile, tool_dir=tool.dir, elevated=call.elevated,
-                             context={"session": s.name, "agent": call.agent.name,
-                                      "tool": call.tool, "args": call.args, "cwd": s.cwd})
-            call.state = "running"
-            call.started = time.monotonic()
-            call.result = await self.runner.run(req)
+            conn = None
+            if getattr(profile, "toolsrv", False) and self.connect is not None:
+                conn = await self.connect()
+                env["TOOLSRV_FD"] = "3"
+            try:
+                req = RunRequest(argv=list(tool.command.argv),
+                                 stdin=json.dumps(call.args).encode(), cwd=s.cwd, env=env,
+                                 profile=profile, tool_dir=tool.dir, elevated=call.elevated,
+                                 context={"session": s.name, "agent": call.agent.name,
+                                          "tool": call.tool, "args": call.args, "cwd": s.cwd},
+                                 kill=call.kill,
+                                 extra_fds=(conn.fileno(),) if conn is not None else ())
+                call.state = "running"
+                call.started = time.monotonic()
+                call.result = await self.runner.run(req)
+            finally:
+                if conn is not None:
+                    conn.close()
             outcome(call)
 
+    def stop(self, call: Call) -> None:
+        """End one call: a running one is killed and keeps what it printed; a queued
+        one never starts."""
+        if call.state == "running":
+            call.kill.set()
+        elif call.task is not None:
+            call.task.cancel()
+
     def kill(self, agent: Agent, tools: set[str] | None = None) -> int:
-        """Cancel the agent's queued and running calls (of `tools`, or all)."""
+        """Stop the agent's queued and running calls (of `tools`, or all)."""
         n = 0
         for c in list(self.live):
-            if c.agent is agent and (tools is None or c.tool in tools) and c.task:
-                c.task.cancel()
+            if c.agent is agent and (tools is None or c.tool in tools):
+                self.stop(c)
                 n += 1
         return n
 

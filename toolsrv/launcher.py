@@ -120,8 +120,10 @@ class Launcher:
         loop.add_reader(pidfd, self._on_exit, pidfd, proc, self._gone)
         loop.add_reader(parent.fileno(), self._on_readable)
 
-    def spawn(self, msg: dict) -> LaunchHandle:
-        """Send one spawn request; the handle's futures report its start and its end."""
+    def spawn(self, msg: dict, extra_fds: tuple[int, ...] = ()) -> LaunchHandle:
+        """Send one spawn request; the handle's futures report its start and its end.
+
+        `extra_fds` reach the tool as fds 3, 4, ...; the caller keeps and closes them."""
         if self._sock is None:
             raise LauncherDied("launcher not running")
         stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
@@ -130,7 +132,7 @@ class Launcher:
         child_ends = [stdin_r, stdout_w, stderr_w]
         handle = LaunchHandle(next(self._ids), (stdin_w, stdout_r, stderr_r))
         try:
-            self._send({**msg, "id": handle.id}, child_ends)
+            self._send({**msg, "id": handle.id}, child_ends + list(extra_fds))
         except BaseException:
             handle.close_fds()
             raise

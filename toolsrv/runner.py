@@ -71,6 +71,8 @@ class RunRequest:
     timeout: float | None = None
     elevated: bool = False
     context: dict = field(default_factory=dict)
+    kill: asyncio.Event | None = None   # set: kill the run, keep what it printed (cancelled)
+    extra_fds: tuple[int, ...] = ()     # given to the tool as fds 3, 4, ... (caller keeps them)
 
 
 @dataclass
@@ -168,13 +170,14 @@ class Runner:
             return res
         try:
             policy = req.profile.resolve(placeholder_values(req.cwd, tmpdir, req.tool_dir))
-            handle = self.launcher.spawn(self._spawn_message(req, policy, tmpdir, timeout))
+            handle = self.launcher.spawn(self._spawn_message(req, policy, tmpdir, timeout),
+                                         req.extra_fds)
         except (OSError, LauncherDied, ValueError) as e:
             self.scratch.release(tmpdir)
             res.error, res.duration = f"sandbox: launch failed: {e}", time.monotonic() - t0
             return res
         try:
-            await self._pump(handle, req.stdin, t0 + timeout, res)
+            await self._pump(handle, req.stdin, t0 + timeout, res, req.kill)
         except asyncio.CancelledError:
             self.launcher.kill(handle)
             handle.close_fds()
@@ -218,14 +221,14 @@ class Runner:
                 "nnp": not req.elevated}
 
     async def _pump(self, handle: LaunchHandle, stdin: bytes, deadline: float,
-                    res: RunResult) -> None:
+                    res: RunResult, kill: asyncio.Event | None = None) -> None:
         """Feed stdin, collect output, wait for the exit; fill res."""
         out = Collector(handle.stdout, self.config.stdout_cap, lambda: self.launcher.kill(handle))
         err = Collector(handle.stderr, self.config.stderr_cap, lambda: self.launcher.kill(handle))
         feeder = Feeder(handle.stdin, stdin)
         handle.taken()
         try:
-            await self._wait_end(handle, out, err, deadline, res)
+            await self._wait_end(handle, out, err, deadline, res, kill)
         finally:
             out.stop()
             err.stop()
@@ -244,12 +247,27 @@ class Runner:
             res.error = f"sandbox: launch failed: {error}"
 
     async def _wait_end(self, handle: LaunchHandle, out: Collector, err: Collector,
-                        deadline: float, res: RunResult) -> None:
-        """Wait for exit and EOF on both pipes; kill on the deadline; bounded drain after."""
+                        deadline: float, res: RunResult,
+                        kill: asyncio.Event | None = None) -> None:
+        """Wait for exit and EOF on both pipes; kill on the deadline or when `kill` is
+        set (keeping what was printed); bounded drain after."""
         waits: set[asyncio.Future[Any]] = {handle.exited, out.done, err.done}
-        _, pending = await asyncio.wait(waits, timeout=max(0.0, deadline - time.monotonic()))
+        killer = asyncio.ensure_future(kill.wait()) if kill is not None else None
+        pending = set(waits)
+        try:
+            while pending and not (kill is not None and kill.is_set()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                await asyncio.wait(pending | ({killer} if killer else set()), timeout=left,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                pending = {f for f in waits if not f.done()}
+        finally:
+            if killer is not None:
+                killer.cancel()
         if handle.exited in pending:
-            res.timed_out = not (out.overflow or err.overflow)
+            killed = kill is not None and kill.is_set()
+            res.timed_out = not (out.overflow or err.overflow or killed)
             self.launcher.kill(handle)
         if pending:
             _, pending = await asyncio.wait(pending, timeout=DRAIN_GRACE)

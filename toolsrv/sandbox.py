@@ -35,7 +35,7 @@ _PLACEHOLDER_RE = re.compile(r"\{([^{}]*)\}")
 _SCHEMA: dict[str, dict[str, type]] = {
     "filesystem": {k: list for k in ACCESS_KEYS},
     "network": {"unrestricted": bool, "enabled": bool, "bind_tcp": list, "connect_tcp": list},
-    "general": {"best_effort": bool, "timeout": float},
+    "general": {"best_effort": bool, "timeout": float, "toolsrv": bool},
 }
 
 
@@ -71,6 +71,7 @@ class Profile:
     connect_tcp: tuple[int, ...] = ()
     best_effort: bool = False
     timeout: float | None = None
+    toolsrv: bool = False  # the tool gets a 9P connection to this server on fd 3
 
     @cached_property
     def _split_paths(self) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
@@ -229,7 +230,8 @@ def parse_profile(data: Any, name: str, source: str | None = None) -> Profile:
     env = data.get("env")
     return Profile(name, source, filesystem, _env([] if env is None else env),
                    bool(net.get("unrestricted")), enabled, bind, connect,
-                   bool(gen.get("best_effort")), float(timeout) if timeout else None)
+                   bool(gen.get("best_effort")), float(timeout) if timeout else None,
+                   bool(gen.get("toolsrv")))
 
 
 def default_user_dir() -> Path:

@@ -35,7 +35,8 @@ class Calls:
         self.store = app.store
         addr = str(app.addrs[0]) if getattr(app, "addrs", None) else ""
         self.sched = Scheduler(app.runner, app.registry, max_runs=app.opts.max_runs,
-                               max_queued=getattr(app.opts, "max_queued", 1024), addr=addr)
+                               max_queued=getattr(app.opts, "max_queued", 1024), addr=addr,
+                               connect=getattr(app, "internal_connection", None))
         self.max_args = getattr(app.opts, "max_args", MAX_ARGS)
         self.store.on_remove_agent.append(lambda a: self.sched.kill(a))
 
@@ -256,8 +257,7 @@ class CallFile(Node):
         try:
             await call.done.wait()
         except asyncio.CancelledError:
-            if call.task is not None:      # a flush of this read kills the run
-                call.task.cancel()
+            self.parent.calls.sched.stop(call)   # a flush of this read kills the run
             raise
         return _result(fid, call, offset, count)
 

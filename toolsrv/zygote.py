@@ -49,6 +49,7 @@ CLONE_VM, CLONE_FS, CLONE_FILES = 0x100, 0x200, 0x400
 CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWUSER = 0x40000000, 0x20000000, 0x10000000
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 MAX_PACKET = 1 << 20
+MAX_FDS = 8  # stdin, stdout, stderr and up to five extra fds for the tool
 SPARE_NAMESPACES = 4  # PID namespaces made ahead, while idle
 RLIMITS = {n: getattr(resource, f"RLIMIT_{n.upper()}")
            for n in ("cpu", "as", "fsize", "nofile", "core", "nproc", "data", "stack", "memlock")}
@@ -206,7 +207,7 @@ class Zygote:
     def handle_packet(self) -> bool:
         try:  # not socket.recv_fds: in 3.11 it drops the flags, and so MSG_CMSG_CLOEXEC
             data, ancillary, _flags, _addr = self.sock.recvmsg(
-                MAX_PACKET, socket.CMSG_SPACE(3 * 4), socket.MSG_CMSG_CLOEXEC)
+                MAX_PACKET, socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC)
         except (BlockingIOError, InterruptedError):
             return True
         fds = array.array("i")
@@ -235,7 +236,7 @@ class Zygote:
         when the request failed before anything was spawned."""
         ruleset = -1
         try:
-            if len(fds) != 3:
+            if len(fds) < 3:
                 raise OSError(errno.EINVAL, "spawn needs three pipe fds")
             ll = msg.get("landlock")
             if ll is not None:
