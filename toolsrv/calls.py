@@ -88,7 +88,9 @@ def last_line(data: bytes) -> str:
 def outcome(call: Call) -> None:
     """Set state and reason from the runner's result."""
     r = call.result
-    if r.error:
+    if call.kill.is_set() and (r.error or r.cancelled or r.exit_code != 0):
+        call.state, call.reason = "killed", "interrupted: cancelled"   # we stopped it
+    elif r.error:
         call.state, call.reason = "refused", r.error
     elif r.truncated:
         call.state = "killed"

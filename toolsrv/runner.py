@@ -168,6 +168,10 @@ class Runner:
         except OSError as e:
             res.error, res.duration = f"sandbox: temporary directory: {e}", time.monotonic() - t0
             return res
+        if req.kill is not None and req.kill.is_set():   # stopped before it could start
+            self.scratch.release(tmpdir)
+            res.cancelled, res.duration = True, time.monotonic() - t0
+            return res
         try:
             policy = req.profile.resolve(placeholder_values(req.cwd, tmpdir, req.tool_dir))
             handle = self.launcher.spawn(self._spawn_message(req, policy, tmpdir, timeout),
