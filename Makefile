@@ -23,6 +23,7 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow $(ARGS)
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python -m bench $(ARGS)
 
 clean:

