@@ -187,7 +187,7 @@ class Scheduler:
                    "TOOLSRV_ADDR": self.addr}
             conn = None
             if getattr(profile, "toolsrv", False) and self.connect is not None:
-                conn = await self.connect()
+                conn = await self.connect(s.name, call.agent.name)
                 env["TOOLSRV_FD"] = "3"
             try:
                 req = RunRequest(argv=list(tool.command.argv),

@@ -309,3 +309,38 @@ class EmptyRegistry:
         import asyncio
         await asyncio.sleep(timeout)
         return self.revision
+
+
+def node_path(node: Node) -> tuple[str, ...]:
+    """The names from the root down to node."""
+    parts = []
+    while node.parent is not node:
+        parts.append(node.name)
+        node = node.parent
+    return tuple(reversed(parts))
+
+
+class AgentScope:
+    """What the connection handed to one agent's tool (client9p profile) may do.
+
+    It may read the registry and its own agent's files, write its own agent's
+    ctl and call files, and nothing else: no other session or agent is
+    visible, and cwd, sandbox, mkdir and rm are refused, so a model cannot use
+    the server to widen its own sandbox.
+    """
+
+    def __init__(self, session: str, agent: str) -> None:
+        self.session, self.agent = session, agent
+
+    def __call__(self, node: Node, op: str) -> None:
+        p = node_path(node)
+        mine = len(p) < 2 or p[0] != "session" or (
+            p[1] == self.session and (len(p) < 4 or p[3] == self.agent))
+        if op == "walk" and mine:
+            return
+        if op == "write" and mine and len(p) >= 5 and (
+                p[4] == "ctl" and len(p) == 5 or
+                len(p) == 7 and p[4] == "tools" and p[6] == "call"):
+            return
+        what = "/".join(p) or "/"
+        raise P9Error(f"permission denied: {what} is outside this tool's scope"[:120])
