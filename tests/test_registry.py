@@ -4,6 +4,7 @@ broken files in tools/errors, the served texts, and how `revision` moves."""
 import dataclasses
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -209,10 +210,34 @@ def test_broken_metas_are_listed_and_the_rest_load(t):
     ])
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
 def test_unreadable_meta(t):
-    write(t / "a.meta", "{}").chmod(0)
-    assert reason(load(t), t / "a.meta") == "cannot read: Permission denied"
+    if os.geteuid() != 0:
+        write(t / "a.meta", "{}").chmod(0)
+        assert reason(load(t), t / "a.meta") == "cannot read: Permission denied"
+        return
+    # root reads any file: load the registry as nobody, in a process of its own
+    import subprocess
+    import sys
+    import tempfile
+    d = tempfile.mkdtemp(prefix="unreadable.", dir="/tmp")
+    try:
+        os.chmod(d, 0o755)
+        write(Path(d) / "a.meta", "{}").chmod(0)
+        write(Path(d) / "b.meta", {"cmd": "exit 0"}).chmod(0o644)
+        repo = Path(__file__).resolve().parents[1]
+        site = [p for p in sys.path if p.endswith("site-packages")]
+        code = ("from toolsrv.registry import Registry; r = Registry([%r], watch='poll'); "
+                "r.load(); print(sorted(r.tools)); print(r.errors_text(), end='')" % d)
+        out = subprocess.run(["/usr/bin/python3", "-c", code], user=65534, group=65534,
+                             capture_output=True, text=True, timeout=60, cwd="/",
+                             env={"PYTHONPATH": ":".join([str(repo), *site]),
+                                  "PATH": "/usr/bin:/bin", "HOME": "/"})
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == [
+            "['b']", f"{d}/a.meta\tcannot read: Permission denied"]
+    finally:
+        import shutil
+        shutil.rmtree(d, ignore_errors=True)
 
 
 # --- served texts -----------------------------------------------------------------------

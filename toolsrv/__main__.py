@@ -39,14 +39,34 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-D", dest="trace", action="store_true", help="print every 9P message")
     s.add_argument("-v", dest="verbose", action="store_true", help="log more")
     s.add_argument("--msize", type=int, default=65536 + 24)
-    s.add_argument("--listen-any", action="store_true", help="allow a non-loopback TCP address")
+    s.add_argument("--listen-any", action="store_true",
+                   help="allow a non-loopback TCP address (needs --auth-secret)")
     s.add_argument("--allow-uid", type=int, action="append", default=[],
                    help="also accept Unix-socket peers with this uid")
     s.add_argument("--timeout", type=float, default=30.0, help="default tool timeout, seconds")
     s.add_argument("--max-runs", type=int, default=16, help="concurrent tool runs, server-wide")
     s.add_argument("--run-as", default="nobody", help="uid tools run as when serving as root")
     s.add_argument("--revwait-timeout", type=float, default=60.0)
+    s.add_argument("--auth-secret", metavar="FILE",
+                   help="TCP clients must prove this shared secret (9P Tauth); a mode-600 "
+                        "file of at least 16 bytes; required with --listen-any")
+    lim = s.add_argument_group("limits (doc/reliability.md)")
+    for flag, typ, default, what in [
+            ("--max-conns", int, 512, "connections, server-wide"),
+            ("--max-conns-per-peer", int, 256, "connections per uid (Unix) or host (TCP)"),
+            ("--max-fids", int, 4096, "fids per connection"),
+            ("--max-inflight", int, 256, "outstanding requests per connection"),
+            ("--max-held", int, 64 << 20, "bytes a connection's fids may hold: unfinished "
+             "writes and read snapshots"),
+            ("--frame-timeout", float, 60.0, "seconds a partial frame may stall"),
+            ("--max-sessions", int, 10000, "sessions"),
+            ("--max-agents", int, 256, "agents per session"),
+            ("--max-queued", int, 1024, "calls waiting for a run slot"),
+            ("--max-args", int, 1 << 20, "bytes of one call's JSON args")]:
+        lim.add_argument(flag, type=typ, default=default, help=f"{what} (default {default})")
     s.add_argument("--mount", metavar="DIR", help="mount with 9pfuse on start, unmount on exit")
+    s.add_argument("--uvloop", action="store_true",
+                   help="run on uvloop (pip install 'toolsrv[fast]'; also TOOLSRV_UVLOOP=1)")
     for verb, helptext in [("ls", "list a directory"), ("read", "print a file"),
                            ("write", "copy stdin to a file"),
                            ("rdwr", "write DATA (or stdin), print what the same fid reads back"),
@@ -78,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["approve"]:          # its own options: --allow TOOL..., -h
+        from .elevation import approve_main
+        return approve_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.verb == "serve":
@@ -98,15 +121,27 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def serve(args: Any) -> int:
-    from .app import App, Options
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="toolsrv: %(message)s")
-    opts = Options(addrs=args.addr, tools=args.tools.split(":") if args.tools else None,
+def serve_options(args: Any) -> Any:
+    """The App's Options from parsed `serve` arguments."""
+    from .app import Options
+    return Options(addrs=args.addr, tools=args.tools.split(":") if args.tools else None,
                    state_dir=args.state, persist=not args.no_state, msize=args.msize,
                    trace=args.trace, listen_any=args.listen_any, allow_uids=args.allow_uid,
                    timeout=args.timeout, max_runs=args.max_runs, run_as=args.run_as,
-                   revwait_timeout=args.revwait_timeout)
+                   revwait_timeout=args.revwait_timeout, auth_secret=args.auth_secret,
+                   max_conns=args.max_conns, max_conns_per_peer=args.max_conns_per_peer,
+                   max_fids=args.max_fids, max_inflight=args.max_inflight,
+                   max_held=args.max_held,
+                   frame_timeout=args.frame_timeout, max_sessions=args.max_sessions,
+                   max_agents=args.max_agents, max_queued=args.max_queued,
+                   max_args=args.max_args)
+
+
+def serve(args: Any) -> int:
+    from .app import App
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="toolsrv: %(message)s")
+    opts = serve_options(args)
 
     async def run() -> int:
         app = App(opts)
@@ -137,7 +172,21 @@ def serve(args: Any) -> int:
                     print(e, file=sys.stderr)
         return 0
 
+    use_uvloop(args.uvloop or os.environ.get("TOOLSRV_UVLOOP", "") not in ("", "0"))
     return asyncio.run(run())
+
+
+def use_uvloop(wanted: bool) -> None:
+    """Install uvloop's event loop policy when wanted and installed (doc/performance.md)."""
+    if not wanted:
+        return
+    try:
+        import uvloop
+    except ImportError:
+        print("toolsrv: uvloop is not installed (pip install 'toolsrv[fast]'): "
+              "using asyncio's own loop", file=sys.stderr)
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
 def _fmt_mode(mode: int) -> str:
@@ -149,7 +198,7 @@ def client_verb(args: Any) -> int:
     from .client import Client, ClientError
     try:
         c = Client.connect(args.addr)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, ClientError) as e:   # refused: uid, limit, secret
         where = args.addr or str(dial.default_addr())
         print(f"toolsrv: cannot connect to {where}: {e}", file=sys.stderr)
         return 1

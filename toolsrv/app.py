@@ -5,17 +5,23 @@ Start-up order: registry (initial scan, then watching), runner (the launcher
 starts before the server grows), session state restored, listeners opened.
 Shutdown is graceful: stop accepting, hang up connections (their calls are
 cancelled), kill every run, save state, remove the Unix socket, exit 0.
+
+Who gets in (SECURITY.md): a Unix-socket peer must have the server's uid or
+one allowed by --allow-uid (SO_PEERCRED), and must not be one of our own tool
+processes (a descendant of the launcher); a TCP peer must prove the shared
+secret (auth.py) when --auth-secret is given, which --listen-any requires.
+Every limit of reliability.md is an Options field and a `serve` flag.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import resource
 import signal
 import socket
-import struct
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +29,7 @@ from . import dial
 from .fs import ToolsrvFS
 from .server import DEFAULT_MSIZE, ServerConfig
 from .sessions import SessionStore
-from .transport import NinePProtocol, listen
+from .transport import Gate, NinePProtocol, Peer, listen
 
 log = logging.getLogger("toolsrv")
 
@@ -45,6 +51,18 @@ class Options:
     max_runs: int = 16
     run_as: str | None = "nobody"
     persist: bool = True
+    auth_secret: str | None = None       # file holding the TCP shared secret
+    # limits (doc/reliability.md); each hit answers a clear Rerror
+    max_conns: int = 512                 # connections, server-wide
+    max_conns_per_peer: int = 256        # connections per uid (Unix) or host (TCP)
+    max_fids: int = 4096                 # per connection
+    max_inflight: int = 256              # outstanding requests per connection
+    max_held: int = 64 << 20             # bytes a connection's fids hold (partial writes, reads)
+    frame_timeout: float = 60.0          # a partial frame stalled this long closes its conn
+    max_sessions: int = 10000
+    max_agents: int = 256                # per session
+    max_queued: int = 1024               # calls waiting for a run slot, server-wide
+    max_args: int = 1 << 20              # bytes of one call's JSON args
 
 
 def default_state_dir() -> str:
@@ -60,12 +78,35 @@ def default_tools_path() -> list[str]:
     return [os.path.expanduser("~/.config/ollie/tools"), str(BUNDLED_TOOLS)]
 
 
-def peer_uid(transport: Any) -> int | None:
-    sock = transport.get_extra_info("socket")
-    if sock is None or sock.family != socket.AF_UNIX:
-        return None
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+def parent_pid(pid: int) -> int:
+    """The parent of pid from /proc, or 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def descends_from(pid: int, ancestor: int, limit: int = 128) -> bool:
+    """True when `ancestor` is pid itself or one of its ancestors."""
+    for _ in range(limit):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        pid = parent_pid(pid)
+    return False
+
+
+def raise_fd_limit() -> None:
+    """Connections and runs are fds: take the hard limit as our soft one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 1 << 16
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):
+            pass
 
 
 class App:
@@ -83,33 +124,79 @@ class App:
         from .registry import Registry
         return Registry(self.opts.tools if self.opts.tools is not None else default_tools_path())
 
-    def _peer_check(self, transport: Any) -> str | None:
-        uid = peer_uid(transport)
-        if uid is None or uid == os.getuid() or uid in self.opts.allow_uids:
-            return None
-        return f"peer uid {uid} is not the server's uid (see --allow-uid)"
+    def _peer_check(self, peer: Peer) -> str | None:
+        """Why a peer may not connect (an Rerror string), or None."""
+        if peer.kind != "unix":
+            return None          # TCP: the shared secret (auth.py), checked at attach
+        if peer.uid is None:
+            return "permission denied: cannot tell the peer's uid"
+        if peer.uid != os.getuid() and peer.uid not in self.opts.allow_uids:
+            return f"permission denied: uid {peer.uid} may not connect (see --allow-uid)"
+        zygote = getattr(getattr(self.runner, "launcher", None), "zygote_pid", None)
+        if zygote and peer.pid and descends_from(peer.pid, zygote):
+            return "permission denied: a tool may not connect back to its server"
+        return None
+
+    def _configs(self) -> tuple[ServerConfig, ServerConfig]:
+        """The server config for Unix sockets, and the one for TCP listeners."""
+        opts = self.opts
+        config = ServerConfig(msize=opts.msize, max_fids=opts.max_fids,
+                              max_inflight=opts.max_inflight, max_held=opts.max_held,
+                              trace=self._trace if opts.trace else None)
+        if opts.auth_secret:
+            from .auth import Authenticator, load_secret
+            return config, replace(config, auth=Authenticator(load_secret(opts.auth_secret)))
+        far = [a for a in self.addrs if a.kind == "tcp" and not a.is_loopback()]
+        if far:
+            raise ValueError(f"{far[0]}: a non-loopback listener needs --listen-any and "
+                             "--auth-secret FILE")
+        for a in self.addrs:
+            if a.kind == "tcp":
+                log.warning("%s: no --auth-secret: any local user can connect", a)
+        return config, config
 
     async def start(self) -> None:
         opts = self.opts
+        raise_fd_limit()
+        unix_config, tcp_config = self._configs()
         self.registry = self._make_registry()
         await self.registry.start()
         self.runner, tool_uid = await self._start_runner()
         state = (opts.state_dir or default_state_dir()) if opts.persist else None
         work = self._work_dir(state, tool_uid)
-        self.store = SessionStore(state, work, tool_uid, self._check_profile)
+        self.store = SessionStore(state, work, tool_uid, self._check_profile,
+                                  max_sessions=opts.max_sessions, max_agents=opts.max_agents)
         for problem in self.store.restore():
             print(f"toolsrv: {problem}", file=sys.stderr)
         self.fs = ToolsrvFS(self.registry, self.store, revwait_timeout=opts.revwait_timeout)
         self._start_calls()
-        config = ServerConfig(msize=opts.msize, trace=self._trace if opts.trace else None)
+        self.gate = Gate(opts.max_conns, opts.max_conns_per_peer, self._peer_check)
 
-        def factory() -> NinePProtocol:
-            return NinePProtocol(self.fs, config, self.conns, self._peer_check)
+        def factory(config: ServerConfig) -> Any:
+            return lambda: NinePProtocol(self.fs, config, self.conns, self.gate,
+                                         opts.frame_timeout)
 
+        self._factory, self._unix_config = factory, unix_config
         for a in self.addrs:
-            self.servers.append(await listen(a, factory, allow_nonloopback=opts.listen_any))
+            f = factory(unix_config if a.kind == "unix" else tcp_config)
+            self.servers.append(await listen(a, f, allow_nonloopback=opts.listen_any))
             if a.kind == "unix":
                 self.unix_paths.append(a.path)
+
+    async def internal_connection(self, session: str, agent: str) -> socket.socket:
+        """A socket already connected to this server: what a tool under a profile with
+        `general.toolsrv: true` (client_9p) gets as fd 3.  The connection is scoped to
+        that agent (fs.AgentScope).  The caller closes it."""
+        from .fs import AgentScope
+        config = replace(self._unix_config, guard=AgentScope(session, agent))
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(self._factory(config), ours)
+        except BaseException:
+            ours.close()
+            theirs.close()
+            raise
+        return theirs
 
     def _work_dir(self, state: str | None, tool_uid: tuple[int, int] | None) -> str:
         if state and tool_uid is None:

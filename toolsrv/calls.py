@@ -127,7 +127,6 @@ class Scheduler:
         self.max_queued = max_queued
         self.addr = addr
         self.live: set[Call] = set()
-        self.locks: dict[int, asyncio.Lock] = {}
 
     def start(self, call: Call, tool: Any, profile_name: str) -> None:
         queued = sum(1 for c in self.live if c.state == "queued")
@@ -143,7 +142,7 @@ class Scheduler:
             if tool.read_only:
                 await self._slot_run(call, tool, profile_name)
             else:
-                lock = self.locks.setdefault(id(a), asyncio.Lock())
+                lock = a.extra.setdefault("lock", asyncio.Lock())   # lives with the agent
                 async with lock:
                     await self._slot_run(call, tool, profile_name)
         except asyncio.CancelledError:

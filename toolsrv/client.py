@@ -10,13 +10,14 @@ and then reads back on the same fid, the way agents call tools.
 from __future__ import annotations
 
 import getpass
+import os
 import socket
 import threading
 from typing import Any
 
 from proto import (
-    DMDIR, IOHDRSZ, NOFID, NOTAG, OREAD, ORDWR, OTRUNC, OWRITE, Dir, Framer, Rerror,
-    Tattach, Tclunk, Tcreate, Topen, Tread, Tremove, Tstat, Tversion, Twalk, Twrite,
+    DMDIR, IOHDRSZ, MAXWELEM, NOFID, NOTAG, OREAD, ORDWR, OTRUNC, OWRITE, Dir, Framer, Rerror,
+    Tattach, Tauth, Tclunk, Tcreate, Topen, Tread, Tremove, Tstat, Tversion, Twalk, Twrite,
     Twstat, decode_dirs, encode,
 )
 
@@ -29,7 +30,8 @@ class ClientError(Exception):
 
 class Client:
     def __init__(self, sock: socket.socket, msize: int = 65536 + IOHDRSZ,
-                 uname: str | None = None, aname: str = "") -> None:
+                 uname: str | None = None, aname: str = "",
+                 secret: bytes | None = None) -> None:
         self.sock = sock
         self._wlock = threading.Lock()
         self._lock = threading.Lock()
@@ -42,13 +44,28 @@ class Client:
         with self._wlock:
             sock.sendall(encode(Tversion(NOTAG, msize, "9P2000")))
         r = self._read_one()
+        if isinstance(r, Rerror):          # refused: too many connections, wrong uid, ...
+            raise ClientError(r.ename)
         if getattr(r, "version", None) != "9P2000":
             raise ClientError(f"server speaks {getattr(r, 'version', r)!r}, not 9P2000")
         self.msize = self.framer.msize = r.msize
         self._reader = threading.Thread(target=self._read_loop, daemon=True)
         self._reader.start()
         self.root = 0
-        self.rpc(Tattach(0, self.root, NOFID, uname or getpass.getuser(), aname))
+        uname = uname or getpass.getuser()
+        afid = self._authenticate(secret, uname, aname) if secret else NOFID
+        self.rpc(Tattach(0, self.root, afid, uname, aname))
+        if afid != NOFID:
+            self.clunk(afid)
+
+    def _authenticate(self, secret: bytes, uname: str, aname: str) -> int:
+        """Prove the shared secret on an afid (toolsrv/auth.py); returns the afid."""
+        from .auth import answer
+        afid = self.newfid()
+        self.rpc(Tauth(0, afid, uname, aname))
+        challenge = self.rpc(Tread(0, afid, 0, 256)).data
+        self.rpc(Twrite(0, afid, 0, answer(secret, challenge, uname, aname)))
+        return afid
 
     @classmethod
     def connect(cls, addr: str | dial.Addr | None = None, timeout: float | None = None,
@@ -68,7 +85,18 @@ class Client:
             s.close()
             raise
         s.settimeout(None)
-        return cls(s, **kw)
+        if a.kind == "tcp" and "secret" not in kw and os.environ.get("TOOLSRV_SECRET_FILE"):
+            from .auth import load_secret
+            kw["secret"] = load_secret(os.environ["TOOLSRV_SECRET_FILE"])
+        try:
+            return cls(s, **kw)
+        except BaseException:
+            try:
+                s.shutdown(socket.SHUT_RDWR)     # wakes the reader thread, if it started
+            except OSError:
+                pass
+            s.close()
+            raise
 
     # -- wire --
     def _read_one(self) -> Any:
@@ -112,6 +140,35 @@ class Client:
         with self._wlock:
             self.sock.sendall(encode(msg_for_tag(tag)))
         return tag, slot
+
+    def send_many(self, makers: list[Any]) -> list[tuple[int, list[Any]]]:
+        """Send several messages (each built by maker(tag)) in one write: pipelining.
+
+        The server answers one connection's requests in order; the result is each
+        message's (tag, slot) for `wait` or `wait_all`."""
+        with self._lock:
+            if self._dead:
+                raise ConnectionError(f"connection lost: {self._dead}")
+            pairs = []
+            for _ in makers:
+                tag = self._free_tags.pop()
+                slot: list[Any] = [threading.Event(), None]
+                self._slots[tag] = slot
+                pairs.append((tag, slot))
+        data = b"".join(encode(make(tag)) for make, (tag, _) in zip(makers, pairs))
+        with self._wlock:
+            self.sock.sendall(data)
+        return pairs
+
+    def wait_all(self, pairs: list[tuple[int, list[Any]]]) -> list[Any]:
+        """Every reply of a send_many, in order; an Rerror comes back as a ClientError."""
+        out: list[Any] = []
+        for tag, slot in pairs:
+            try:
+                out.append(self.wait(tag, slot))
+            except ClientError as e:
+                out.append(e)
+        return out
 
     def wait(self, tag: int, slot: list[Any]) -> Any:
         slot[0].wait()
@@ -211,7 +268,42 @@ class Client:
             self.clunk(fid)
 
     def rdwr(self, path: str, data: bytes) -> bytes:
-        """Write data, then read the answer back on the same fid."""
+        """Write data, then read the answer back on the same fid, until end of file.
+
+        Twalk, Topen, Twrite and the first Tread go out in one write and are answered in
+        one round trip instead of four; then reads to end of file and the clunk.  This
+        relies on toolsrv handling one connection's requests in order and on its writes
+        finishing on the Twrite (DESIGN.md: every action fails or succeeds there), so the
+        Tread sees the write's effect.  A path deeper than 16 names or data longer than one
+        Twrite takes the one-request-at-a-time way."""
+        names = tuple(p for p in path.split("/") if p not in ("", "."))
+        chunk = self.msize - IOHDRSZ
+        if len(names) > MAXWELEM or len(data) > chunk:
+            return self._rdwr_stepwise(path, data)
+        fid = self.newfid()
+        walk, opened, wrote, read = self.wait_all(self.send_many([
+            lambda t: Twalk(t, self.root, fid, names), lambda t: Topen(t, fid, ORDWR),
+            lambda t: Twrite(t, fid, 0, data), lambda t: Tread(t, fid, 0, chunk)]))
+        if isinstance(walk, Exception) or len(walk.wqid) != len(names):
+            with self._lock:
+                self._free_fids.append(fid)    # the server made no fid
+            if isinstance(walk, Exception):
+                raise walk
+            raise ClientError(f"{path}: file not found")
+        try:
+            for r in (opened, wrote, read):
+                if isinstance(r, Exception):
+                    raise r
+            if wrote.count < len(data):        # a short write: finish it, read afresh
+                self.write_fid(fid, data[wrote.count:], wrote.count)
+                return self.read_fid(fid)
+            if not read.data:
+                return b""
+            return read.data + self.read_fid(fid, len(read.data))
+        finally:
+            self.clunk(fid)
+
+    def _rdwr_stepwise(self, path: str, data: bytes) -> bytes:
         fid = self.open(path, ORDWR)
         try:
             self.write_fid(fid, data)

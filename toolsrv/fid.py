@@ -25,6 +25,7 @@ class Fid:
     dir_entries: list[bytes] | None = None   # encoded entries snapshot at offset 0
     dir_index: int = 0                        # next entry to send
     dir_offset: int = 0                       # byte offset the next read must use
+    held: int = 0                             # bytes of aux counted against the conn's max_held
 
     @property
     def is_open(self) -> bool:

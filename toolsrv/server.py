@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from proto import (
     IOHDRSZ, MAXWELEM, NOFID, NOTOUCH16, NOTOUCH32, NOTOUCH64, OCEXEC, OEXEC, ORCLOSE,
-    ORDWR, OREAD, OTRUNC, OWRITE, Qid, Rattach, Rclunk, Rcreate, Rerror, Rflush, Ropen,
+    ORDWR, OREAD, OTRUNC, OWRITE, Qid, Rattach, Rauth, Rclunk, Rcreate, Rerror, Rflush, Ropen,
     Rread, Rremove, Rstat, Rversion, Rwalk, Rwrite, Rwstat, Tattach, Tauth, Tclunk,
     Tcreate, Tflush, Topen, Tread, Tremove, Tstat, Tversion, Twalk, Twrite, Twstat,
     encode_dir, format_msg,
@@ -44,6 +44,19 @@ DEFAULT_MSIZE = 65536 + IOHDRSZ
 _PENDING = object()  # a handler's "the reply comes later" (Tflush)
 
 
+_names_seen: dict[str, bool] = {}
+
+
+def _valid_name(name: str) -> bool:
+    """valid_name, remembered: a walk checks the same few names over and over."""
+    ok = _names_seen.get(name)
+    if ok is None:
+        ok = valid_name(name)
+        if len(_names_seen) < 4096:
+            _names_seen[name] = ok
+    return ok
+
+
 class Later:
     """A handler's answer that needs waiting: `post(await aw)` is the reply."""
     __slots__ = ("aw", "post")
@@ -57,7 +70,11 @@ class ServerConfig:
     msize: int = DEFAULT_MSIZE      # largest msize the server agrees to
     max_fids: int = 4096            # per connection
     max_inflight: int = 256         # outstanding requests per connection
+    max_held: int = 64 << 20        # bytes a connection's fids hold: unfinished writes, snapshots
     trace: Callable[[str], None] | None = None   # -D: one line per message
+    auth: Any = None                # an auth.Authenticator: Tattach needs a proven afid
+    guard: Callable[[Node, str], None] | None = None   # scopes a connection: raises P9Error
+                                                       # for ("walk"|"write"|"create"|"remove")
 
 
 class Conn:
@@ -75,6 +92,7 @@ class Conn:
         self.inflight: dict[int, Any] = {}
         self.flushes: dict[int, list[int]] = {}
         self.unames: set[str] = set()
+        self.held = 0                 # sum of Fid.held: bytes fids keep in their aux
         self.closed = False
         self._handlers = {
             Tauth: self._auth, Tattach: self._attach, Tflush: self._flush,
@@ -88,7 +106,7 @@ class Conn:
         """Handle one decoded message; the reply is sent now or by a task later."""
         trace = self.config.trace
         if trace:
-            trace(f"{self.name} <- {format_msg(m)}")
+            trace(f"{self.name} <- {format_msg(m, maxdata=64)}")
         if type(m) is Tversion:
             return self._version(m)
         tag = m.tag
@@ -99,8 +117,9 @@ class Conn:
         handler = self._handlers.get(type(m))
         if handler is None:
             return self.send_reply(Rerror(tag, "illegal message type (invalid argument)"))
-        if len(self.inflight) >= self.config.max_inflight:
-            return self.send_reply(Rerror(tag, E.EBUSY + ": requests in flight"))
+        if len(self.inflight) >= self.config.max_inflight and type(m) is not Tflush:
+            return self.send_reply(Rerror(tag, "resource busy: too many requests in flight "
+                                          f"(limit {self.config.max_inflight})"))
         self.inflight[tag] = None
         try:
             r = handler(m)
@@ -153,7 +172,7 @@ class Conn:
         if self.closed:
             return
         if self.config.trace:
-            self.config.trace(f"{self.name} -> {format_msg(r)}")
+            self.config.trace(f"{self.name} -> {format_msg(r, maxdata=64)}")
         self.send(r)
 
     # -- lifecycle --
@@ -175,6 +194,8 @@ class Conn:
             self._abort_all()
 
     def _clunk_node(self, fid: Fid) -> None:
+        self.held -= fid.held
+        fid.held = 0
         try:
             fid.node.clunk(fid)
         except Exception:
@@ -196,7 +217,7 @@ class Conn:
         if num in self.fids or num == NOFID:
             raise P9Error(E.EFIDINUSE)
         if len(self.fids) >= self.config.max_fids:
-            raise P9Error(E.EBUSY + ": fids per connection")
+            raise P9Error(f"resource busy: too many fids (limit {self.config.max_fids})")
 
     def iounit(self) -> int:
         return self.msize - IOHDRSZ
@@ -217,11 +238,18 @@ class Conn:
         return self.send_reply(Rversion(m.tag, msize, "unknown"))
 
     def _auth(self, m: Tauth) -> Any:
-        raise P9Error(E.ENOAUTH)
+        if self.config.auth is None:
+            raise P9Error(E.ENOAUTH)
+        self._newfid(m.afid)
+        node = self.config.auth.node(m.uname, m.aname)
+        self.fids[m.afid] = Fid(m.afid, node, uname=m.uname, omode=ORDWR)
+        return Rauth(m.tag, node.qid())
 
     def _attach(self, m: Tattach) -> Rattach:
         self._newfid(m.fid)
-        if m.afid != NOFID:
+        if self.config.auth is not None:
+            self.config.auth.check(self.fids.get(m.afid), m.uname, m.aname)
+        elif m.afid != NOFID:
             raise P9Error(E.ENOAUTH)
         node = self.fs.attach(m.uname, m.aname, self)
         self.unames.add(m.uname)
@@ -254,9 +282,11 @@ class Conn:
                 err = E.ENOTDIR
                 break
             nxt = node.parent if name == ".." else (
-                node.lookup(name) if valid_name(name) else None)
+                node.lookup(name) if _valid_name(name) else None)
             if nxt is None:
                 break
+            if self.config.guard is not None:
+                self.config.guard(nxt, "walk")     # a scoped connection: an error, not partial
             node = nxt
             qids.append(node.qid())
         if len(qids) < len(m.wname):
@@ -291,10 +321,12 @@ class Conn:
             raise P9Error(E.EOPEN)
         node = self._live(fid)
         self._check_open(node, m.mode)
+        if self.config.guard is not None and ((m.mode & 3) in (OWRITE, ORDWR) or m.mode & OTRUNC):
+            self.config.guard(node, "write")
         if m.mode & OTRUNC:
             node.truncate(fid)
         r = node.open(fid, m.mode)
-        if inspect.isawaitable(r):
+        if r is not None and inspect.isawaitable(r):
             return Later(r, lambda _: self._opened(fid, m))
         return self._opened(fid, m)
 
@@ -313,6 +345,8 @@ class Conn:
             raise P9Error(E.EBADNAME)
         if node.lookup(m.name) is not None:
             raise P9Error(E.EEXIST)
+        if self.config.guard is not None:
+            self.config.guard(node, "create")
         new = node.create(m.name, m.perm, m.mode, fid)
         self._check_open(new, m.mode)
         r = new.open(fid, m.mode)
@@ -330,10 +364,13 @@ class Conn:
         node = fid.node
         if node.is_dir:
             return Rread(m.tag, self._dirread(fid, m.offset, count))
-        r = node.read(fid, m.offset, count)
-        if inspect.isawaitable(r):
-            return Later(r, lambda data: Rread(m.tag, data[:count]))
-        return Rread(m.tag, r[:count])
+        try:
+            r = node.read(fid, m.offset, count)
+        finally:
+            self._account(fid)
+        if type(r) is not bytes and inspect.isawaitable(r):   # bytes: the common, fast case
+            return Later(r, lambda data: self._within(fid, Rread(m.tag, data[:count])))
+        return self._within(fid, Rread(m.tag, r[:count]))
 
     def _dirread(self, fid: Fid, offset: int, count: int) -> bytes:
         if offset == 0:
@@ -356,10 +393,34 @@ class Conn:
         if not fid.can_write():
             raise P9Error(E.ENOTOPEN)
         node = self._live(fid)
-        r = node.write(fid, m.offset, m.data)
-        if inspect.isawaitable(r):
-            return Later(r, lambda n: Rwrite(m.tag, n))
-        return Rwrite(m.tag, r)
+        try:
+            r = node.write(fid, m.offset, m.data)
+        finally:
+            self._account(fid)
+        if type(r) is not int and inspect.isawaitable(r):
+            return Later(r, lambda n: self._within(fid, Rwrite(m.tag, n)))
+        return self._within(fid, Rwrite(m.tag, r))
+
+    def _account(self, fid: Fid) -> None:
+        """Count the bytes fid's node keeps for it (partial writes, read snapshots)."""
+        if self.fids.get(fid.num) is not fid:
+            return                    # clunked while its request ran: nothing is held
+        n = sum(len(v) for v in fid.aux.values() if isinstance(v, (bytes, bytearray)))
+        self.held += n - fid.held
+        fid.held = n
+
+    def _within(self, fid: Fid, reply: Any) -> Any:
+        """The reply, unless the connection's fids now hold more than max_held: then
+        drop what this fid holds and fail (the client should clunk fids it is done with)."""
+        self._account(fid)
+        if self.held <= self.config.max_held:
+            return reply
+        for k in [k for k, v in fid.aux.items() if isinstance(v, (bytes, bytearray))]:
+            del fid.aux[k]
+        self._account(fid)
+        limit = self.config.max_held
+        raise P9Error("resource busy: fids of this connection hold over " + (
+            f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes") + " (clunk some)")
 
     def _clunk(self, m: Tclunk) -> Rclunk:
         fid = self.fids.pop(m.fid, None)
@@ -373,6 +434,8 @@ class Conn:
         if fid is None:
             raise P9Error(E.EUNKFID)
         self._clunk_node(fid)
+        if self.config.guard is not None:
+            self.config.guard(fid.node, "remove")
         self._live(fid).remove()
         return Rremove(m.tag)
 
@@ -391,6 +454,8 @@ class Conn:
         if not fixed or d.length not in (NOTOUCH64, 0, cur.length):
             raise P9Error(E.EWSTAT)
         if d.length == 0 and not node.is_dir:
+            if self.config.guard is not None:
+                self.config.guard(node, "write")
             node.truncate(fid)
         return Rwstat(m.tag)
 

@@ -13,8 +13,12 @@ the private directory is chowned to that uid so the tool can use it.
 
 The store saves itself to `<state_dir>/state.json` after every change, with
 an atomic write (temp file, fsync, rename): a crash or a full disk leaves
-the previous state intact.  On start a corrupt file is moved aside to
-`state.json.corrupt-<time>` and reported, never silently dropped.
+the previous state intact.  A session or agent whose creation cannot be
+saved (disk full) is not created: the mkdir fails with the reason, so what
+the client sees is what a restart will restore.  A removal that cannot be
+saved still happens (its runs are already killed); the error is logged and
+the next successful save catches up.  On start a corrupt file is moved aside
+to `state.json.corrupt-<time>` and reported, never silently dropped.
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ from .names import valid_name
 log = logging.getLogger("toolsrv.sessions")
 
 LOG_LINES = 1000
+LOG_LINE_MAX = 1024
 _serials = itertools.count(1)
 
 
@@ -49,9 +54,13 @@ class Agent:
     alive: bool = True
 
     def note(self, line: str) -> None:
-        """Append one line to the agent's log, stamped with the time."""
+        """Append one line to the agent's log, stamped with the time (at most
+        LOG_LINE_MAX characters: the log stays under LOG_LINES x that)."""
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
-        self.log.append(f"{stamp} {' '.join(line.split())}")
+        line = " ".join(line.split())
+        if len(line) > LOG_LINE_MAX:
+            line = line[:LOG_LINE_MAX - 3] + "..."
+        self.log.append(f"{stamp} {line}")
 
 
 @dataclass(eq=False)
@@ -79,6 +88,7 @@ class SessionStore:
         self.max_sessions = max_sessions
         self.max_agents = max_agents
         self.sessions: dict[str, Session] = {}
+        self.save_error: str | None = None
         self.on_remove_agent: list[Callable[[Agent], None]] = []
         self.mtime = int(time.time())
 
@@ -89,10 +99,14 @@ class SessionStore:
         if name in self.sessions:
             raise P9Error(E.EEXIST)
         if len(self.sessions) >= self.max_sessions:
-            raise P9Error(E.EBUSY + ": sessions")
+            raise P9Error(f"resource busy: too many sessions (limit {self.max_sessions})")
         s = Session(name, self._make_private_cwd(name))
         self.sessions[name] = s
-        self.save()
+        if not self.save():
+            del self.sessions[name]
+            s.alive = False
+            shutil.rmtree(s.cwd, ignore_errors=True)
+            raise self._save_failed()
         return s
 
     def remove(self, name: str) -> None:
@@ -110,11 +124,14 @@ class SessionStore:
         if not os.path.isabs(path) or not os.path.isdir(path):
             raise P9Error(f"cwd: no such directory: {path}"[:120])
         path = os.path.realpath(path)
-        if s.private_cwd and os.path.realpath(s.cwd) != path:
-            shutil.rmtree(s.cwd, ignore_errors=True)
-            s.private_cwd = False
-        s.cwd = path
-        self.save()
+        old = s.cwd, s.private_cwd
+        drop = s.private_cwd and os.path.realpath(s.cwd) != path
+        s.cwd, s.private_cwd = path, s.private_cwd and not drop
+        if not self.save():
+            s.cwd, s.private_cwd = old
+            raise self._save_failed()
+        if drop:
+            shutil.rmtree(old[0], ignore_errors=True)
 
     def set_sandbox(self, s: Session, name: str) -> None:
         if not valid_name(name):
@@ -124,8 +141,10 @@ class SessionStore:
                 self.check_profile(name)
             except Exception as e:   # the profile's own error names what is wrong
                 raise P9Error(f"sandbox: {e} (invalid argument)") from None
-        s.sandbox = name
-        self.save()
+        old, s.sandbox = s.sandbox, name
+        if not self.save():
+            s.sandbox = old
+            raise self._save_failed()
 
     # -- agents --
     def create_agent(self, s: Session, name: str) -> Agent:
@@ -134,10 +153,14 @@ class SessionStore:
         if name in s.agents:
             raise P9Error(E.EEXIST)
         if len(s.agents) >= self.max_agents:
-            raise P9Error(E.EBUSY + ": agents")
+            raise P9Error(f"resource busy: too many agents in session {s.name} "
+                          f"(limit {self.max_agents})")
         a = Agent(name, s)
         s.agents[name] = a
-        self.save()
+        if not self.save():
+            del s.agents[name]
+            a.alive = False
+            raise self._save_failed()
         return a
 
     def remove_agent(self, s: Session, name: str) -> None:
@@ -157,11 +180,15 @@ class SessionStore:
 
     # -- private working directories --
     def _make_private_cwd(self, name: str) -> str:
-        os.makedirs(self.work_dir, mode=0o711, exist_ok=True)
         path = os.path.join(self.work_dir, f"{name}.{os.getpid()}.{next(_serials)}")
-        os.mkdir(path, 0o700)
-        if self.tool_uid is not None:
-            os.chown(path, *self.tool_uid)
+        try:
+            os.makedirs(self.work_dir, mode=0o711, exist_ok=True)
+            os.mkdir(path, 0o700)
+            if self.tool_uid is not None:
+                os.chown(path, *self.tool_uid)
+        except OSError as e:
+            log.error("session %s: cannot make its directory %s: %s", name, path, e)
+            raise P9Error(f"input/output error: session directory: {e.strerror}") from None
         return path
 
     # -- persistence --
@@ -174,12 +201,15 @@ class SessionStore:
              "agents": [{"name": a.name, "loaded": list(a.loaded)} for a in s.agents.values()]}
             for s in self.sessions.values()]}
 
-    def save(self) -> None:
-        """Write the state atomically; on failure keep the old file and log."""
+    def _save_failed(self) -> P9Error:
+        return P9Error(f"input/output error: state not saved: {self.save_error}")
+
+    def save(self) -> bool:
+        """Write the state atomically; on failure keep the old file, log, return False."""
         self.mtime = int(time.time())
         path = self._path()
         if path is None:
-            return
+            return True
         tmp = f"{path}.tmp.{os.getpid()}"
         try:
             os.makedirs(self.state_dir, mode=0o700, exist_ok=True)  # type: ignore[arg-type]
@@ -194,11 +224,15 @@ class SessionStore:
                 os.close(fd)
             os.replace(tmp, path)
         except OSError as e:
+            self.save_error = e.strerror or str(e)
             log.error("state: cannot save %s: %s (previous state kept)", path, e)
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+            return False
+        self.save_error = None
+        return True
 
     def restore(self) -> list[str]:
         """Load saved state; returns the problems found (each also logged)."""
@@ -236,6 +270,7 @@ class SessionStore:
         s = Session(name, cwd, str(ent.get("sandbox", "default")), private)
         for a in ent.get("agents", []):
             if valid_name(a["name"]):
-                s.agents[a["name"]] = Agent(a["name"], s, loaded=[str(t) for t in a.get("loaded", [])])
+                loaded = [str(t) for t in a.get("loaded", [])]
+                s.agents[a["name"]] = Agent(a["name"], s, loaded=loaded)
         self.sessions[name] = s
 
