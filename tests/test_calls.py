@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 
@@ -15,6 +16,9 @@ import pytest
 from py9p import DMDIR, OREAD, ORDWR, OWRITE, Client, RemoteError, Rflush, Rread, Tflush, Tread
 
 from apphelpers import AppThread, add_tool, tools_dir
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
+from sandbox_support import processes_with  # noqa: E402
 
 RENDEZVOUS = """\
 #!/bin/sh
@@ -187,16 +191,7 @@ def test_writer_hangs_up_result_still_reaches_out(srv):
 
 
 def _procs(marker: str) -> list[int]:
-    out = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        out.append(int(p))
-            except OSError:
-                pass
-    return out
+    return processes_with(marker)
 
 
 def _wait_for(pred, what: str, limit: float = 15.0) -> None:

@@ -28,22 +28,15 @@ from toolsrv.client import Client, ClientError
 
 from apphelpers import AppThread, add_tool, tools_dir
 from test_limits import Raw, stop_clean, wait_for
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
+from sandbox_support import processes_with  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def marked(marker: str) -> list[int]:
     """Pids whose command line holds marker."""
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        out.append(int(name))
-            except OSError:
-                pass
-    return out
+    return processes_with(marker)
 
 
 def children(pid: int) -> list[int]:
