@@ -1,0 +1,1 @@
+"""toolsrv's benchmarks: `python -m bench` runs them all (see bench/__main__.py)."""

@@ -1,0 +1,310 @@
+"""Tool calls through `call`: toolsrv's own cost, the sandboxed sh echo, concurrent agents.
+
+An agent's call is client_9p's rdwr on session/S/agent/A/tools/echo/call: Twalk, Topen
+ORDWR, Twrite of ~100 B of JSON args, Tread of the result, Tclunk (one round trip each).
+
+Figures and their baselines, all measured in this run:
+  own cost    rdwr through bench/nullserver.py (the real server with a runner that returns at
+              once: 9P + validation + scheduling + bookkeeping, no spawn, no sandbox), against
+              an MCP stdio no-op tool call: target < 0.5 ms median, < 1 ms p99.
+  sandboxed   rdwr of the /bin/sh JSON echo through the real server (Landlock, PID namespace,
+              uid switch), against the same tool behind MCP over stdio, unsandboxed: target
+              no slower (ratio <= 1).
+  overhead    the same rdwr against a direct sandboxed spawn of the tool (toolsrv's Runner.run
+              in this process), sequential and with 8 and 32 concurrent agents (each its own
+              connection and agent directory): target toolsrv's overhead < 1 ms at the median
+              (issue 5, item 10).
+  calls/s     32 concurrent agents: >= 1.5x the MCP server's calls/s (32 tasks on one session)
+              and >= 85% of the bare-spawn floor (32 concurrent create_subprocess_exec).
+Variants alternate window by window so host noise hits them alike.
+
+    python bench/bench_call.py [--quick] [--json FILE]
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Awaitable, Callable
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    __package__ = "bench"
+
+from toolsrv.client import Client  # noqa: E402
+
+from .baselines import spawn_echo  # noqa: E402
+from .common import (  # noqa: E402
+    ECHO_META, HAVE_UVLOOP, NO_UVLOOP, PAYLOAD, PY_ECHO, ToolsrvProcess, cpu_s,
+    descendants_cpu_s, find_child, finish, lat, make_tools_dir, one, parser, rate, row,
+)
+from .wire import AsyncWire, Wire  # noqa: E402
+
+B = "call"
+SESSION = "bench"
+
+
+def call_path(agent: str) -> tuple[str, ...]:
+    return ("session", SESSION, "agent", agent, "tools", "echo", "call")
+
+
+def setup_agents(srv: ToolsrvProcess, n: int, load: str = "echo") -> None:
+    with Client.connect(srv.addr) as c:
+        c.mkdir(f"session/{SESSION}")
+        for i in range(n):
+            c.mkdir(f"session/{SESSION}/agent/a{i}")
+            c.rdwr(f"session/{SESSION}/agent/a{i}/ctl", f"tool_load {load}".encode())
+
+
+def seq_rdwr(w: Wire, n: int, pipelined: bool = False) -> list[float]:
+    names, out, pc = call_path("a0"), [], time.perf_counter
+    for _ in range(n):
+        t = pc()
+        r = w.rdwr(7, names, PAYLOAD, pipelined)
+        out.append(pc() - t)
+    assert r == PAYLOAD, r
+    return out
+
+
+def timed(fn: Callable[[], object], n: int) -> list[float]:
+    out, pc = [], time.perf_counter
+    for _ in range(n):
+        t = pc()
+        fn()
+        out.append(pc() - t)
+    return out
+
+
+async def seq_async(fn: Callable[[], Awaitable[object]], n: int) -> list[float]:
+    out, pc = [], time.perf_counter
+    for _ in range(n):
+        t = pc()
+        await fn()
+        out.append(pc() - t)
+    return out
+
+
+async def window(workers: list[Callable[[], Awaitable[object]]], seconds: float
+                 ) -> tuple[float, list[float]]:
+    """Run every worker in a loop for `seconds`: (calls per second, per-call latencies)."""
+    lats: list[float] = []
+    end = time.perf_counter() + seconds
+    pc = time.perf_counter
+
+    async def loop(fn: Callable[[], Awaitable[object]]) -> None:
+        while pc() < end:
+            t = pc()
+            await fn()
+            lats.append(pc() - t)
+    t0 = pc()
+    await asyncio.gather(*(loop(fn) for fn in workers))
+    return len(lats) / (pc() - t0), lats
+
+
+class Direct:
+    """Sandboxed spawns of the tool through toolsrv's Runner, in this process."""
+
+    async def start(self, tools: str) -> "Direct":
+        from toolsrv.runner import Runner, RunRequest
+        from toolsrv.sandbox import load_profile
+        self.runner = Runner()
+        await self.runner.start()
+        self.cwd = tempfile.mkdtemp(prefix="bench-cwd.", dir="/tmp")
+        uid = self.runner.tool_uid()
+        if uid:
+            os.chown(self.cwd, *uid)
+        env = {"OLLIE_TOOLS_PATH": tools, "OLLIE_BYPASS_SOCKET": "", "PWD": self.cwd,
+               "OLLIE_SESSION_ID": SESSION, "OLLIE_AGENT": "direct", "TOOLSRV_ADDR": ""}
+        self.req = RunRequest(argv=[f"{tools}/echo"], stdin=PAYLOAD, cwd=self.cwd, env=env,
+                              profile=load_profile("default"), tool_dir=tools)
+        return self
+
+    async def call(self) -> None:
+        r = await self.runner.run(self.req)
+        if r.exit_code != 0 or r.stdout != PAYLOAD:
+            raise RuntimeError(f"direct run failed: {r}")
+
+    async def close(self) -> None:
+        await self.runner.close()
+        os.rmdir(self.cwd)
+
+
+async def concurrent(srv: ToolsrvProcess, direct: Direct, tools: str, mcp: object,
+                     k: int, windows: int, seconds: float) -> dict[str, dict]:
+    conns = [await AsyncWire.unix(srv.path) for _ in range(k)]
+    variants: dict[str, list[Callable[[], Awaitable[object]]]] = {
+        "toolsrv": [lambda c=c, i=i: c.rdwr(7, call_path(f"a{i}"), PAYLOAD)
+                    for i, c in enumerate(conns)],
+        "direct": [direct.call] * k,
+        "spawn": [lambda: spawn_echo(f"{tools}/echo", PAYLOAD)] * k,
+    }
+    if mcp is not None:
+        from .mcp_bench import echo_call
+        variants["mcp"] = [lambda: echo_call(mcp)] * k  # type: ignore[arg-type]
+    rates: dict[str, list[float]] = {v: [] for v in variants}
+    lats: dict[str, list[float]] = {v: [] for v in variants}
+    for name, ws in variants.items():                    # warm-up
+        await window(ws, 0.3)
+    cpu = {"server": 0.0, "launcher": 0.0}
+    for _ in range(windows):
+        for name, ws in variants.items():
+            if name == "toolsrv":
+                c0, z0 = cpu_s(srv.pid), descendants_cpu_s(srv.pid)
+            r, ls = await window(ws, seconds)
+            if name == "toolsrv":
+                cpu["server"] += cpu_s(srv.pid) - c0
+                cpu["launcher"] += descendants_cpu_s(srv.pid) - z0
+            rates[name].append(r)
+            lats[name] += ls
+    for c in conns:
+        c.close()
+    out = {v: {"rate": rate(rates[v]), "lat": lat(lats[v]), "n": len(lats[v])}
+           for v in variants}
+    out["cpu"] = {k: v / max(1, out["toolsrv"]["n"]) * 1e3 for k, v in cpu.items()}
+    return out
+
+
+async def run(opts: object, tools: str) -> list[dict]:
+    q = getattr(opts, "quick")
+    n_seq = 200 if q else 1000
+    rows: list[dict] = []
+    null = ToolsrvProcess(tools, null_runner=True).start()
+    null_uv = ToolsrvProcess(tools, null_runner=True, uvloop=True).start() if HAVE_UVLOOP \
+        else None
+    real = ToolsrvProcess(tools).start()
+    direct = await Direct().start(tools)
+    mcp_cm = None
+    try:
+        setup_agents(null, 1)
+        if null_uv is not None:
+            setup_agents(null_uv, 1)
+        setup_agents(real, 32, "echo pyecho")
+        wn, wr = Wire.unix(null.path), Wire.unix(real.path)
+        wu = Wire.unix(null_uv.path) if null_uv is not None else None
+        for w in (wn, wr, wu):
+            if w is not None:
+                w.hello()
+        if wu is not None:
+            seq_rdwr(wu, 200)
+        try:
+            from .mcp_bench import echo_call, mcp_session, noop_call
+            mcp_cm = mcp_session(f"{tools}/echo")
+            mcp = await mcp_cm.__aenter__()
+        except ImportError:
+            mcp = None
+        seq_rdwr(wn, 200)
+        seq_rdwr(wn, 200, True)
+        seq_rdwr(wr, 20)
+        await seq_async(direct.call, 20)
+        s: dict[str, list[float]] = {k: [] for k in ("own", "own_pipe", "mcp_noop", "real",
+                                                      "direct", "mcp_sh", "cli", "cli_step",
+                                                      "own_uv", "py")}
+        py_path = call_path("a1")[:-2] + ("pyecho", "call")
+        cli = Client.connect(null.addr)
+        cpath = "/".join(call_path("a0"))
+        cpu = {"own": 0.0, "mcp_noop": 0.0}
+        mcp_pid = find_child("bench.mcp_bench") if mcp is not None else None
+        rounds = 5
+        for _ in range(rounds):
+            c0 = cpu_s(null.pid)
+            s["own"] += seq_rdwr(wn, n_seq // rounds)
+            cpu["own"] += cpu_s(null.pid) - c0
+            s["own_pipe"] += seq_rdwr(wn, n_seq // rounds, True)
+            if wu is not None:
+                s["own_uv"] += seq_rdwr(wu, n_seq // rounds)
+            s["cli"] += timed(lambda: cli.rdwr(cpath, PAYLOAD), n_seq // 4 // rounds)
+            s["cli_step"] += timed(lambda: cli._rdwr_stepwise(cpath, PAYLOAD),
+                                   n_seq // 4 // rounds)
+            s["real"] += seq_rdwr(wr, n_seq // 4 // rounds)
+            s["direct"] += await seq_async(direct.call, n_seq // 4 // rounds)
+            s["py"] += timed(lambda: wr.rdwr(7, py_path, PAYLOAD),
+                             max(2, n_seq // 50 // rounds))
+            if mcp is not None and mcp_pid:
+                c0 = cpu_s(mcp_pid)
+                s["mcp_noop"] += await seq_async(lambda: noop_call(mcp), n_seq // rounds)
+                cpu["mcp_noop"] += cpu_s(mcp_pid) - c0
+                s["mcp_sh"] += await seq_async(lambda: echo_call(mcp), n_seq // 4 // rounds)
+        wn.close()
+        wr.close()
+        if wu is not None:
+            wu.close()
+        cli.close()
+        L = {k: lat(v) if v else None for k, v in s.items()}
+        own_ok = L["own"]["median"] < 0.5 and L["own"]["p99"] < 1.0
+        mcp_note = "" if mcp else "mcp is not installed (pip install '.[bench]'): no baseline"
+        rows.append(row(B, "own cost per call (rdwr, null runner)", "ms", L["own"],
+                        "MCP stdio no-op call", L["mcp_noop"], "< 0.5 ms med, < 1 ms p99",
+                        own_ok, mcp_note))
+        per = n_seq // rounds * rounds
+        rows.append(row(B, "server CPU per call (null runner)", "ms", one(cpu["own"] / per * 1e3),
+                        "MCP server CPU per no-op call",
+                        one(cpu["mcp_noop"] / per * 1e3) if mcp_pid else None, "informative",
+                        None, "user+system time of the server process over the sequential calls"))
+        rows.append(row(B, "own cost, pipelined walk+open+write+read", "ms", L["own_pipe"],
+                        "rdwr, one RPC at a time", L["own"], "informative"))
+        rows.append(row(B, "own cost per call, server on uvloop", "ms", L["own_uv"],
+                        "server on the standard loop", L["own"], "informative", None,
+                        "" if wu is not None else NO_UVLOOP))
+        rows.append(row(B, "toolsrv.client Client.rdwr (pipelined)", "ms", L["cli"],
+                        "Client rdwr, one RPC at a time", L["cli_step"], "informative", None,
+                        "the threaded client of the CLI: 3 round trips instead of 6"))
+        if mcp is not None:
+            rows.append(row(B, "sandboxed sh echo call (rdwr)", "ms", L["real"],
+                            "MCP stdio echo_sh, unsandboxed", L["mcp_sh"], "<= 1.0x",
+                            L["real"]["median"] <= L["mcp_sh"]["median"]))
+        over = L["real"]["median"] - L["direct"]["median"]
+        rows.append(row(B, "sh echo call vs direct spawn, seq.", "ms", L["real"],
+                        "direct sandboxed spawn", L["direct"], "overhead < 1 ms med",
+                        over < 1.0, f"overhead {over:+.3f} ms at the median"))
+        rows.append(row(B, "python3 JSON echo call (rdwr)", "ms", L["py"], "sh echo call (rdwr)",
+                        L["real"], "informative", None,
+                        "a #!/usr/bin/env python3 tool pays the interpreter's start per call"))
+        for k in (8, 32):
+            c = await concurrent(real, direct, tools, mcp, k, 2 if q else 4, 1.0 if q else 2.5)
+            over = c["toolsrv"]["lat"]["median"] - c["direct"]["lat"]["median"]
+            rows.append(row(B, f"sh echo call, {k} agents (latency)", "ms", c["toolsrv"]["lat"],
+                            f"direct sandboxed spawn x{k}", c["direct"]["lat"],
+                            "overhead < 1 ms med", over < 1.0,
+                            f"overhead {over:+.3f} ms at the median"))
+            rows.append(row(B, f"sh echo calls/s, {k} agents", "/s", c["toolsrv"]["rate"],
+                            f"bare spawn x{k} (floor)", c["spawn"]["rate"],
+                            ">= 0.85x" if k == 32 else "informative",
+                            c["toolsrv"]["rate"]["median"] >= 0.85 * c["spawn"]["rate"]["median"]
+                            if k == 32 else None))
+            rows.append(row(B, f"sh echo calls/s, {k} agents", "/s", c["toolsrv"]["rate"],
+                            f"direct sandboxed spawn x{k}", c["direct"]["rate"], "informative"))
+            rows.append(row(B, f"server CPU per sh echo call, {k} agents", "ms",
+                            one(c["cpu"]["server"]), "launcher + tool processes, per call",
+                            one(c["cpu"]["launcher"]), "informative", None,
+                            "user+system time per call: the server process (9P, bookkeeping, "
+                            "pumping the run's pipes); the launcher's processes and the tools"))
+            if mcp is not None:
+                rows.append(row(B, f"sh echo calls/s, {k} agents", "/s", c["toolsrv"]["rate"],
+                                f"MCP stdio echo_sh x{k}", c["mcp"]["rate"],
+                                ">= 1.5x" if k == 32 else "informative",
+                                c["toolsrv"]["rate"]["median"] >= 1.5 * c["mcp"]["rate"]["median"]
+                                if k == 32 else None))
+    finally:
+        if mcp_cm is not None:
+            await mcp_cm.__aexit__(None, None, None)
+        await direct.close()
+        null.stop()
+        if null_uv is not None:
+            null_uv.stop()
+        real.stop()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    opts = parser(__doc__).parse_args(argv)
+    tools = make_tools_dir({"pyecho": (PY_ECHO, ECHO_META)})
+    rows = asyncio.run(run(opts, tools))
+    finish(rows, opts)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

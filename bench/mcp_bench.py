@@ -1,0 +1,85 @@
+"""The MCP baseline: the same tools behind the official `mcp` Python SDK, over stdio.
+
+The server (this module run as a script) has two tools:
+  noop     returns its args (no subprocess): MCP's own per-call cost;
+  echo_sh  runs the /bin/sh JSON echo with asyncio.create_subprocess_exec, args on stdin,
+           unsandboxed: what a user would write to serve that tool over MCP.
+It uses `MCPServer` (SDK 2.x) or `FastMCP` (1.x), whichever the installed SDK has.
+`mcp` is a bench-only extra: `pip install '.[bench]'`.
+
+    python -m bench.mcp_bench TOOL_PATH      (speaks MCP on stdin/stdout)
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from typing import Any, AsyncIterator
+
+from mcp import ClientSession, StdioServerParameters  # noqa: F401  (ImportError: no mcp)
+from mcp.client.stdio import stdio_client
+
+from .common import PAYLOAD, REPO
+
+ARGS = json.loads(PAYLOAD)
+
+
+def build_server(tool_path: str) -> Any:
+    try:
+        from mcp.server.mcpserver import MCPServer as Server
+    except ImportError:
+        from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef]
+    srv = Server("bench")
+
+    @srv.tool()
+    def noop(args: dict) -> str:
+        """Return the args."""
+        return json.dumps(args)
+
+    @srv.tool()
+    async def echo_sh(args: dict) -> str:
+        """Run the sh JSON echo on the args."""
+        p = asyncio.subprocess.PIPE
+        proc = await asyncio.create_subprocess_exec(tool_path, stdin=p, stdout=p, stderr=p)
+        out, err = await proc.communicate(json.dumps(args).encode())
+        if proc.returncode:
+            raise RuntimeError(f"exit {proc.returncode}: {err.decode()[-200:]}")
+        return out.decode()
+
+    return srv
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(tool_path: str = "/bin/cat") -> AsyncIterator[ClientSession]:
+    """An initialized client session to a fresh MCP server process."""
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "bench.mcp_bench", tool_path],
+                                   env={"PYTHONPATH": str(REPO)}, cwd=str(REPO))
+    with open(os.devnull, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (r, w):
+            async with ClientSession(r, w) as s:
+                await s.initialize()
+                yield s
+
+
+def server_pid_of(session: ClientSession) -> int | None:
+    """Not exposed by the SDK; found from our children instead (see bench_startup)."""
+    return None
+
+
+async def noop_call(s: ClientSession) -> None:
+    r = await s.call_tool("noop", {"args": ARGS})
+    if r.is_error:
+        raise RuntimeError(f"MCP noop failed: {r}")
+
+
+async def echo_call(s: ClientSession) -> None:
+    r = await s.call_tool("echo_sh", {"args": ARGS})
+    if r.is_error:
+        raise RuntimeError(f"MCP echo_sh failed: {r}")
+
+
+if __name__ == "__main__":
+    build_server(sys.argv[1] if len(sys.argv) > 1 else "/bin/cat").run()
