@@ -242,17 +242,20 @@ def default_shipped_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "sandbox"
 
 
+_SHIPPED = default_shipped_dir()
+
+
 def load_profile(name: str, *, user_dir: Path | None = None,
                  shipped_dir: Path | None = None) -> Profile:
     """Load <user_dir>/<name>.yaml, else <shipped_dir>/<name>.yaml; ProfileError otherwise."""
     validate_profile_name(name)
-    for d in (user_dir or default_user_dir(), shipped_dir or default_shipped_dir()):
-        path = Path(d) / f"{name}.yaml"
+    for d in (user_dir or default_user_dir(), shipped_dir or _SHIPPED):
+        path = os.path.join(d, f"{name}.yaml")   # on every call: keep it to two stats
         try:
-            st = path.stat()
+            st = os.stat(path)
         except OSError:
             continue
-        return _load_file(str(path), name, st.st_mtime_ns, st.st_size)
+        return _load_file(path, name, st.st_mtime_ns, st.st_size)
     raise ProfileError(f"profile {name}: not found")
 
 

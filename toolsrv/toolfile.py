@@ -48,12 +48,18 @@ class Calls:
                      append=True, quiet_remove=True),
             TextFile("schemas", d.key("schemas"), d, lambda: json_text(self.schemas(a)),
                      quiet_remove=True),
-            QuietDir("tools", d.key("tools"), d, lambda td: self._tool_dirs(td, d)),
+            AgentToolsDir("tools", d.key("tools"), d, lambda td: self._tool_dirs(td, d),
+                          lambda td, n: self._tool_dir(td, d, n)),
         ]
 
     def _tool_dirs(self, td: Dir_, d: AgentDir) -> list[Node]:
         return [ToolCallDir(n, d.key("tool", n), td, self, d.a, d)
                 for n in d.a.loaded if self.registry.get(n) is not None]
+
+    def _tool_dir(self, td: Dir_, d: AgentDir, name: str) -> Node | None:
+        if name in d.a.loaded and self.registry.get(name) is not None:
+            return ToolCallDir(name, d.key("tool", name), td, self, d.a, d)
+        return None
 
     def schemas(self, a: Agent) -> list[dict]:
         out = []
@@ -276,6 +282,17 @@ class QuietDir(Dir_):
 
     def remove(self) -> None:
         return None
+
+
+class AgentToolsDir(QuietDir):
+    """agent/<name>/tools/: a walk builds only the tool directory it names."""
+
+    def __init__(self, name: str, qpath: int, parent: Node, entries: Any, one: Any) -> None:
+        super().__init__(name, qpath, parent, entries)
+        self._one = one
+
+    def lookup(self, name: str) -> Node | None:
+        return self._one(self, name)
 
 
 class StreamFile(Node):
