@@ -234,8 +234,8 @@ def parse_profile(data: Any, name: str, source: str | None = None) -> Profile:
                    bool(gen.get("toolsrv")))
 
 
-def default_user_dir() -> Path:
-    return Path.home() / ".config" / "ollie" / "sandbox"
+def default_user_dir() -> str:
+    return os.path.join(os.path.expanduser("~"), ".config", "ollie", "sandbox")
 
 
 def default_shipped_dir() -> Path:
