@@ -71,3 +71,18 @@ def test_corrupt_state_is_set_aside_and_reported(capfd):
     finally:
         shutil.rmtree(state, ignore_errors=True)
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_no_state_leaves_no_private_directories():
+    d = tools_dir()
+    a = AppThread([d], persist=False).start()
+    try:
+        c = Client.connect(a.addr)
+        c.mkdir("session/tmp1")
+        private = c.read("session/tmp1/cwd").decode().strip()
+        assert os.path.isdir(private)
+        c.close()
+    finally:
+        a.cleanup()
+        shutil.rmtree(d, ignore_errors=True)
+    assert not os.path.exists(private)

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import os
 import resource
+import shutil
 import signal
 import socket
 import sys
@@ -253,6 +254,10 @@ class App:
             await self.runner.close()
         await self.registry.close()
         self.store.save()
+        if self.store.state_dir is None:      # --no-state: nothing will restore them
+            for sess in self.store.sessions.values():
+                if sess.private_cwd:
+                    shutil.rmtree(sess.cwd, ignore_errors=True)
         for path in self.unix_paths:
             try:
                 os.unlink(path)
