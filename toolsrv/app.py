@@ -178,11 +178,14 @@ class App:
                                          opts.frame_timeout)
 
         self._factory, self._unix_config = factory, unix_config
-        for a in self.addrs:
+        for i, a in enumerate(self.addrs):
             f = factory(unix_config if a.kind == "unix" else tcp_config)
-            self.servers.append(await listen(a, f, allow_nonloopback=opts.listen_any))
+            srv = await listen(a, f, allow_nonloopback=opts.listen_any)
+            self.servers.append(srv)
             if a.kind == "unix":
                 self.unix_paths.append(a.path)
+            elif a.port == 0 and srv.sockets:       # tcp!host!0: say the port we got
+                self.addrs[i] = dial.Addr("tcp", host=a.host, port=srv.sockets[0].getsockname()[1])
 
     async def internal_connection(self, session: str, agent: str) -> socket.socket:
         """A socket already connected to this server: what a tool under a profile with
