@@ -66,6 +66,10 @@ class Options:
     max_args: int = 1 << 20              # bytes of one call's JSON args
 
 
+def _warm_imports() -> None:
+    import jsonschema.validators  # noqa: F401  (jsonargs imports it lazily)
+
+
 def default_state_dir() -> str:
     base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     return os.path.join(base, "toolsrv")
@@ -186,6 +190,8 @@ class App:
                 self.unix_paths.append(a.path)
             elif a.port == 0 and srv.sockets:       # tcp!host!0: say the port we got
                 self.addrs[i] = dial.Addr("tcp", host=a.host, port=srv.sockets[0].getsockname()[1])
+        # serving already; load the call validator's library off the loop, before a call needs it
+        asyncio.get_running_loop().run_in_executor(None, _warm_imports)
 
     async def internal_connection(self, session: str, agent: str) -> socket.socket:
         """A socket already connected to this server: what a tool under a profile with

@@ -13,8 +13,6 @@ import json
 import re
 from typing import Any
 
-import jsonschema
-from jsonschema.exceptions import best_match
 
 from .errors import ERRMAX, P9Error
 
@@ -71,6 +69,7 @@ def validator(schema: dict) -> Any:
     hit = _validators.get(id(schema))
     if hit is not None and hit[0] is schema:
         return hit[1]
+    import jsonschema     # here, not at start-up: it is a third of the server's imports
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     v = cls(schema)
     _validators[id(schema)] = (schema, v)
@@ -91,6 +90,7 @@ def validate(tool: Any, args: dict) -> None:
 
     Uses the tool's own compiled validator (the registry builds it for the
     draft the schema declares), or compiles one for a bare schema."""
+    from jsonschema.exceptions import best_match
     v = getattr(tool, "validator", None) or validator(tool.schema)
     err = best_match(v.iter_errors(args))
     if err is not None:
