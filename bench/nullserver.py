@@ -36,11 +36,11 @@ class NullRunner:
         return RunResult(stdout=req.stdin, exit_code=0)
 
 
-async def _start_runner(self: Any) -> tuple[NullRunner, None]:
+def _make_runner(self: Any) -> tuple[NullRunner, None]:
     return NullRunner(), None
 
 
-appmod.App._start_runner = _start_runner  # type: ignore[method-assign]
+appmod.App._make_runner = _make_runner  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     sys.exit(cli.main())

@@ -164,9 +164,12 @@ class App:
         opts = self.opts
         raise_fd_limit()
         unix_config, tcp_config = self._configs()
+        self.runner, tool_uid = self._make_runner()
+        # the launcher is a process of its own: let it start while we load the registry
+        runner_ready = (asyncio.ensure_future(self.runner.start())
+                        if self.runner is not None else None)
         self.registry = self._make_registry()
         await self.registry.start()
-        self.runner, tool_uid = await self._start_runner()
         state = (opts.state_dir or default_state_dir()) if opts.persist else None
         work = self._work_dir(state, tool_uid)
         self.store = SessionStore(state, work, tool_uid, self._check_profile,
@@ -192,6 +195,8 @@ class App:
                 self.addrs[i] = dial.Addr("tcp", host=a.host, port=srv.sockets[0].getsockname()[1])
         # serving already; load the call validator's library off the loop, before a call needs it
         asyncio.get_running_loop().run_in_executor(None, _warm_imports)
+        if runner_ready is not None:
+            await runner_ready          # calls arriving meanwhile wait for it in Runner.run
 
     async def internal_connection(self, session: str, agent: str) -> socket.socket:
         """A socket already connected to this server: what a tool under a profile with
@@ -216,13 +221,12 @@ class App:
         os.chmod(base, 0o711)
         return os.path.join(base, "work")
 
-    async def _start_runner(self) -> tuple[Any, tuple[int, int] | None]:
+    def _make_runner(self) -> tuple[Any, tuple[int, int] | None]:
         try:
             from .runner import Runner, RunnerConfig
         except ImportError:
             return None, None
         runner = Runner(RunnerConfig(timeout=self.opts.timeout, run_as=self.opts.run_as))
-        await runner.start()
         return runner, runner.tool_uid()
 
     def _check_profile(self, name: str) -> None:

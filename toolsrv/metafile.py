@@ -377,6 +377,15 @@ def _is_required(v: Any, depth: int) -> bool:
     return type(v) is list and all(type(x) is str for x in v) and len(set(v)) == len(v)
 
 
+def _compiles(pattern: str) -> bool:
+    """jsonschema's check of format "regex" is re.compile; the same here."""
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return False
+    return True
+
+
 def _is_schema_map(v: Any, depth: int) -> bool:
     return type(v) is dict and all(_surely_valid(x, depth + 1) for x in v.values())
 
@@ -399,6 +408,7 @@ _RULES: dict[str, Callable[[Any, int], bool]] = {
     **dict.fromkeys(("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"),
                     lambda v, d: _is_number(v)),
     "multipleOf": lambda v, d: _is_number(v) and v > 0,
+    "pattern": lambda v, d: type(v) is str and _compiles(v),   # format "regex": re.compile
     "type": _is_type,
     "required": _is_required,
     **dict.fromkeys(("items", "additionalProperties", "not"),

@@ -22,7 +22,6 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from toolsrv import landlock
 
@@ -261,6 +260,7 @@ def load_profile(name: str, *, user_dir: Path | None = None,
 
 @lru_cache(maxsize=64)
 def _load_file(path: str, name: str, _mtime: int, _size: int) -> Profile:
+    import yaml   # here: only reading a profile needs it, and it costs start-up time
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
