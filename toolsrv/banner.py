@@ -1,31 +1,44 @@
 """The start-up message: where the server listens, what it serves, what to try."""
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from typing import Any
 
 from . import dial
+
+
+def _prog() -> str:
+    """How to type the command here: `toolsrv`, or its path when it is not on $PATH
+    (make run starts .venv/bin/toolsrv without activating the venv)."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if shutil.which("toolsrv") or os.path.basename(argv0) != "toolsrv":
+        return "toolsrv"
+    return os.path.relpath(argv0)
 
 
 def banner(app: Any) -> str:
     reg = app.registry
     addr = str(app.addrs[0])
     a = "" if addr == str(dial.default_addr()) else f" -a '{addr}'"
+    prog = _prog()
     errors = [ln for ln in reg.errors_text().splitlines() if ln]
     lines = [f"toolsrv: serving on {', '.join(str(x) for x in app.addrs)}",
              f"toolsrv: {len(reg.tools)} tools loaded from {':'.join(getattr(reg, 'dirs', []))}",
              f"toolsrv: {len(errors)} in tools/errors"
-             + (f" (see: toolsrv{a} read tools/errors)" if errors else "")]
+             + (f" (see: {prog}{a} read tools/errors)" if errors else "")]
     if app.runner is not None and hasattr(app.runner, "summary"):
         lines.append(f"toolsrv: sandbox: {app.runner.summary()}")
     lines.append("toolsrv: try, in another terminal:")
-    lines.append(f"  toolsrv{a} read tools/index")
+    lines.append(f"  {prog}{a} read tools/index")
     if "file_write" in reg.tools and "file_read" in reg.tools:
-        lines += [f"  toolsrv{a} call demo me file_write "
+        lines += [f"  {prog}{a} call demo me file_write "
                   "'{\"path\": \"hello.txt\", \"content\": \"hello from toolsrv\\n\"}'",
-                  f"  toolsrv{a} call demo me file_read '{{\"path\": \"hello.txt\"}}'"]
+                  f"  {prog}{a} call demo me file_read '{{\"path\": \"hello.txt\"}}'"]
     elif reg.tools:
         t = sorted(reg.tools)[0]
-        lines += [f"  toolsrv{a} read tools/{t}/prompt",
-                  f"  toolsrv{a} call demo me {t} '{{...args...}}'"]
-    lines.append(f"  toolsrv{a} read session/demo/agent/me/log")
+        lines += [f"  {prog}{a} read tools/{t}/prompt",
+                  f"  {prog}{a} call demo me {t} '{{...args...}}'"]
+    lines.append(f"  {prog}{a} read session/demo/agent/me/log")
     return "\n".join(lines)
