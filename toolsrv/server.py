@@ -4,9 +4,12 @@
 every precondition check in one place (version negotiated, duplicate tag,
 unknown fid, fid in use, walk from an open fid, open mode against the file's
 permissions, directory-read offsets) and then a small handler per message
-type.  A handler returns the reply, or an awaitable of it when the node may
-block (a call's result, revwait); the awaitable runs as a task keyed by its
-tag, so one blocking read never stalls the connection.
+type.  A handler returns the reply, or a `Later(awaitable, post)` when the
+node may block (a call's result, revwait); the awaitable runs as a task keyed
+by its tag and `post` turns its value into the reply, so one blocking read
+never stalls the connection.  A connection may carry a guard (ServerConfig.
+guard) that scopes what it may walk to, write, create and remove: the
+connection a tool gets through the client9p profile is scoped to its agent.
 
 Every request ends through `_respond`, which frees the tag, writes the reply
 and then any Rflush waiting on it.  Tflush cancels the flushed task; the
