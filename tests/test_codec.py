@@ -26,13 +26,6 @@ FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCh
 SLOW = settings(max_examples=5000, deadline=None, suppress_health_check=list(HealthCheck))
 
 
-def only_when_selected(request: pytest.FixtureRequest) -> None:
-    """Slow tests run only under `-m slow` (make test-slow)."""
-    expr = request.config.getoption("markexpr") or ""
-    if "slow" not in expr.replace("not slow", ""):
-        pytest.skip("slow: run with -m slow")
-
-
 # ---------------------------------------------------------------- strategies
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"),
@@ -312,8 +305,7 @@ def test_property_round_trip(msg) -> None:
 
 
 @pytest.mark.slow
-def test_slow_fuzz(request) -> None:
-    only_when_selected(request)
+def test_slow_fuzz() -> None:
     slow_fuzz()
 
 

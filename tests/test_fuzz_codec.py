@@ -87,12 +87,6 @@ SLOW = settings(max_examples=50000, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
 
 
-@pytest.fixture(autouse=True)
-def _slow_only_when_selected(request):
-    if request.node.get_closest_marker("slow"):
-        expr = request.config.getoption("markexpr") or ""
-        if "slow" not in expr.replace("not slow", ""):
-            pytest.skip("slow: run with -m slow")
 
 
 def mutated_case(frame: bytes, muts: list) -> None:

@@ -269,13 +269,6 @@ def check(seq: list) -> None:
 
 # ------------------------------------------------------------------ tests
 
-@pytest.fixture(autouse=True)
-def _slow_only_when_selected(request):
-    """Long runs happen under `-m slow` (make test-slow), not in a plain pytest run."""
-    if request.node.get_closest_marker("slow"):
-        expr = request.config.getoption("markexpr") or ""
-        if "slow" not in expr.replace("not slow", ""):
-            pytest.skip("slow: run with -m slow")
 
 
 FAST = settings(max_examples=150, deadline=None, database=None,
