@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             "RSS after 2,000-call warm-up", one(c["start"]), "within 10%",
             c["end"] <= 1.10 * c["start"],
             f"RSS (MiB) after each fifth: {marks}; {c['rate']:.0f} calls/s with 32 agents; "
-            "each agent's log keeps its last 1,000 lines"),
+            "each agent's log keeps its newest 32 KiB"),
         row(B, f"RSS after {n:,} calls vs after {n // 5:,}", "MiB", one(c["end"]),
             f"RSS after {n // 5:,} calls", one(c["marks"][0]), "informative: no leak", None,
             "flat once every agent's log is full: what grows is bounded"),

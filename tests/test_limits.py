@@ -352,3 +352,21 @@ def test_every_limit_is_a_serve_flag():
     assert (o.max_conns, o.max_conns_per_peer, o.max_fids, o.max_inflight, o.max_held,
             o.frame_timeout, o.max_sessions, o.max_agents, o.max_queued, o.max_args,
             o.max_runs, o.msize) == (7, 3, 9, 5, 777, 2.5, 4, 6, 8, 1234, 2, 4096)
+
+
+def test_agent_log_is_bounded_in_bytes_and_keeps_whole_newest_lines(app_with):
+    from toolsrv import sessions
+    app = app_with()
+    with Client.connect(app.addr) as c:
+        c.mkdir("session/a")
+        c.mkdir("session/a/agent/x")
+        for i in range(400):  # long and multi-byte lines: ~300 KiB noted in all
+            with pytest.raises(ClientError):
+                c.rdwr("session/a/agent/x/ctl", f"tool_load no_such_{i:04d}_{'é' * 300}".encode())
+        log = c.read("session/a/agent/x/log")
+    assert sessions.LOG_BYTES - sessions.LOG_LINE_MAX - 64 < len(log) <= sessions.LOG_BYTES
+    lines = log.decode().splitlines()
+    assert all(ln.startswith("20") and "tool_load no_such_" in ln for ln in lines), lines[:2]
+    assert "no_such_0399_" in lines[-1] and "no_such_0000_" not in log.decode()
+    numbers = [int(ln.split("no_such_")[1][:4]) for ln in lines]
+    assert numbers == list(range(400 - len(lines), 400)), "the newest lines, in order"

@@ -187,3 +187,34 @@ def test_older_abi_enforces_what_it_has(h: Harness) -> None:
         assert read == {"ok": False, "errno": "EACCES"}
     finally:
         h.runner.status = real
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["tmpfs-inline", "disk-threads"])
+def test_scratch_directories_both_ways(tmp_path: Path, inline: bool) -> None:
+    """On a tmpfs the per-call directories are made and removed on the loop; on a disk in
+    worker threads.  Either way: fresh, 0700, never handed out twice, removed with what a
+    tool left in them, and a crashed server's leftovers are swept at the next start."""
+    from toolsrv.runner import _Scratch, default_tmp_base
+
+    base = str(tmp_path / "scratch")
+    os.makedirs(base, 0o711)
+    os.mkdir(os.path.join(base, "run-999999999-7"))      # a dead server's directory
+
+    async def go() -> None:
+        sc = _Scratch(base, None, ahead=4, inline=inline)
+        sc.refill()
+        paths = [await sc.take() for _ in range(10)]
+        assert sc.inline is inline
+        assert len(set(paths)) == 10 and all(p.startswith(base + "/run-") for p in paths)
+        assert all(os.stat(p).st_mode & 0o777 == 0o700 for p in paths)
+        assert not os.path.exists(os.path.join(base, "run-999999999-7"))
+        with open(os.path.join(paths[0], "left"), "w") as f:   # a tool left a file
+            f.write("x")
+        for p in paths:
+            sc.release(p)
+        await sc.close()
+        assert not any(os.path.exists(p) for p in paths)
+        assert os.listdir(base) == []
+
+    asyncio.run(go())
+    assert default_tmp_base().endswith(f"/toolsrv-{os.geteuid()}")

@@ -243,6 +243,7 @@ class App:
             return
         self.calls = Calls(self)
         self.fs.agent_entries = self.calls.agent_entries
+        self.fs.agent_entry = self.calls.agent_entry
 
     def _trace(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)

@@ -126,6 +126,7 @@ class Scheduler:
         self.slots = asyncio.Semaphore(max_runs)
         self.max_queued = max_queued
         self.addr = addr
+        self.bypass = os.environ.get("OLLIE_BYPASS_SOCKET", "")   # passed on to every tool
         self.live: set[Call] = set()
 
     def start(self, call: Call, tool: Any, profile_name: str) -> None:
@@ -181,7 +182,7 @@ class Scheduler:
                 raise P9Error(fit("sandbox: ", str(e))) from None
             s = call.agent.session
             env = {"OLLIE_TOOLS_PATH": ":".join(getattr(self.registry, "dirs", [])),
-                   "OLLIE_BYPASS_SOCKET": os.environ.get("OLLIE_BYPASS_SOCKET", ""),
+                   "OLLIE_BYPASS_SOCKET": self.bypass,
                    "PWD": s.cwd, "OLLIE_SESSION_ID": s.name, "OLLIE_AGENT": call.agent.name,
                    "TOOLSRV_ADDR": self.addr}
             conn = None

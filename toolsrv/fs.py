@@ -4,8 +4,8 @@
     /session/<id>/{cwd,sandbox,agent/<name>/...}
 
 Every node is built on demand from the registry and the session store; the
-agent directory's contents come from `agent_entries`, a hook filled in by
-the call-file layer (toolfile.py).  Qid keys name what a node stands for, so
+agent directory's contents come from `agent_entries` (and a walk's one entry
+from `agent_entry`), hooks filled in by the call-file layer (toolfile.py).  Qid keys name what a node stands for, so
 a session's keys carry its serial and a re-created session gets new paths.
 
 Files inside a session answer Tremove with success and no effect, so that
@@ -38,6 +38,7 @@ class ToolsrvFS:
         self.store = store
         self.revwait_timeout = revwait_timeout
         self.agent_entries = agent_entries
+        self.agent_entry: Callable[["AgentDir", str], Node | None] | None = None  # one, by name
         self.qids = Qids()
         self.attaches: list[tuple[str, str, str]] = []
         r = self.root = Dir_("/", self.qids.path(("root",)), None, self._root_entries)
@@ -184,14 +185,21 @@ class SessionDir(Dir_):
         self.fs.qids.forget(("session", self.s.name, self.s.serial))
 
     def children(self) -> list[Node]:
-        s, st, key = self.s, self.fs.store, ("session", self.s.name, self.s.serial)
-        return [
-            ValueFile("cwd", self.fs.q(*key, "cwd"), self, lambda: s.cwd,
-                      lambda v: st.set_cwd(s, v)),
-            ValueFile("sandbox", self.fs.q(*key, "sandbox"), self, lambda: s.sandbox,
-                      lambda v: st.set_sandbox(s, v)),
-            AgentRoot("agent", self.fs.q(*key, "agent"), self, self.fs),
-        ]
+        return [self._child(n) for n in ("cwd", "sandbox", "agent")]
+
+    def lookup(self, name: str) -> Node | None:
+        return self._child(name) if name in ("cwd", "sandbox", "agent") else None
+
+    def _child(self, name: str) -> Node:
+        s, st = self.s, self.fs.store
+        # every entry's path, in listing order: paths come out the same whichever is walked
+        q = [self.fs.q("session", s.name, s.serial, n) for n in ("cwd", "sandbox", "agent")][
+            ("cwd", "sandbox", "agent").index(name)]
+        if name == "agent":
+            return AgentRoot("agent", q, self, self.fs)
+        if name == "cwd":
+            return ValueFile("cwd", q, self, lambda: s.cwd, lambda v: st.set_cwd(s, v))
+        return ValueFile("sandbox", q, self, lambda: s.sandbox, lambda v: st.set_sandbox(s, v))
 
 
 class AgentRoot(Dir_):
@@ -232,8 +240,18 @@ class AgentDir(Dir_):
         self.a, self.fs = a, fs
 
     def key(self, *rest: Any) -> int:
-        s, a = self.a.session, self.a
-        return self.fs.q("session", s.name, s.serial, "agent", a.name, a.serial, *rest)
+        """The qid path of one of the agent's files; remembered by the agent, so a walk
+        through its directory builds no long keys."""
+        a = self.a
+        paths = a.extra.get("qpaths")
+        if paths is None:
+            paths = a.extra["qpaths"] = {}
+        p = paths.get(rest)
+        if p is None:
+            s = a.session
+            p = paths[rest] = self.fs.q("session", s.name, s.serial, "agent", a.name,
+                                        a.serial, *rest)
+        return p
 
     def alive(self) -> bool:
         return self.a.alive
@@ -243,6 +261,10 @@ class AgentDir(Dir_):
 
     def children(self) -> Iterable[Node]:
         return self.fs.agent_entries(self) if self.fs.agent_entries else ()
+
+    def lookup(self, name: str) -> Node | None:
+        one = self.fs.agent_entry
+        return one(self, name) if one is not None else super().lookup(name)
 
 
 class ValueFile(Node):

@@ -234,7 +234,13 @@ def parse_profile(data: Any, name: str, source: str | None = None) -> Profile:
 
 
 def default_user_dir() -> str:
-    return os.path.join(os.path.expanduser("~"), ".config", "ollie", "sandbox")
+    home = os.environ.get("HOME", "")
+    if home != _user_dir[0]:   # looked up on every call: keep it to a dict lookup
+        _user_dir[:] = home, os.path.join(os.path.expanduser("~"), ".config", "ollie", "sandbox")
+    return _user_dir[1]
+
+
+_user_dir = [None, ""]
 
 
 def default_shipped_dir() -> Path:

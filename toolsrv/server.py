@@ -369,11 +369,13 @@ class Conn:
             return Rread(m.tag, self._dirread(fid, m.offset, count))
         try:
             r = node.read(fid, m.offset, count)
-        finally:
+        except BaseException:
             self._account(fid)
+            raise
         if type(r) is not bytes and inspect.isawaitable(r):   # bytes: the common, fast case
+            self._account(fid)
             return Later(r, lambda data: self._within(fid, Rread(m.tag, data[:count])))
-        return self._within(fid, Rread(m.tag, r[:count]))
+        return self._within(fid, Rread(m.tag, r[:count]))   # _within accounts
 
     def _dirread(self, fid: Fid, offset: int, count: int) -> bytes:
         if offset == 0:
@@ -398,17 +400,23 @@ class Conn:
         node = self._live(fid)
         try:
             r = node.write(fid, m.offset, m.data)
-        finally:
+        except BaseException:
             self._account(fid)
+            raise
         if type(r) is not int and inspect.isawaitable(r):
+            self._account(fid)
             return Later(r, lambda n: self._within(fid, Rwrite(m.tag, n)))
-        return self._within(fid, Rwrite(m.tag, r))
+        return self._within(fid, Rwrite(m.tag, r))   # _within accounts
 
     def _account(self, fid: Fid) -> None:
         """Count the bytes fid's node keeps for it (partial writes, read snapshots)."""
         if self.fids.get(fid.num) is not fid:
             return                    # clunked while its request ran: nothing is held
-        n = sum(len(v) for v in fid.aux.values() if isinstance(v, (bytes, bytearray)))
+        aux = fid.aux
+        if not aux:
+            n = 0
+        else:
+            n = sum(len(v) for v in aux.values() if isinstance(v, (bytes, bytearray)))
         self.held += n - fid.held
         fid.held = n
 

@@ -2,7 +2,8 @@
 
 A Session has a name, a working directory (`cwd`) and a sandbox profile
 name; it holds Agents, each with the ordered list of tools it has loaded and
-a bounded log.  Every session and agent carries a serial number that is new
+a log bounded in bytes (LOG_BYTES, kept as one bytearray whose oldest whole
+lines drop: memory per agent is known whatever the lines' length).  Every session and agent carries a serial number that is new
 each time it is created, so a removed and re-created session gets new qid
 paths.
 
@@ -22,7 +23,6 @@ to `state.json.corrupt-<time>` and reported, never silently dropped.
 """
 from __future__ import annotations
 
-import collections
 import itertools
 import json
 import logging
@@ -38,9 +38,18 @@ from .names import valid_name
 
 log = logging.getLogger("toolsrv.sessions")
 
-LOG_LINES = 1000
+LOG_BYTES = 32 * 1024  # an agent's log: its newest lines, at most this many bytes
 LOG_LINE_MAX = 1024
 _serials = itertools.count(1)
+_last_stamp: list = [0, ""]
+
+
+def _stamp() -> str:
+    """The log's time stamp, formatted once per second."""
+    now = int(time.time())
+    if now != _last_stamp[0]:
+        _last_stamp[:] = now, time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
+    return _last_stamp[1]
 
 
 @dataclass(eq=False)
@@ -49,18 +58,22 @@ class Agent:
     session: "Session"
     serial: int = field(default_factory=lambda: next(_serials))
     loaded: list[str] = field(default_factory=list)
-    log: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LOG_LINES))
+    log: bytearray = field(default_factory=bytearray)    # newline-ended lines, oldest first
     extra: dict[str, Any] = field(default_factory=dict)   # per-tool call state (toolfile.py)
     alive: bool = True
 
     def note(self, line: str) -> None:
         """Append one line to the agent's log, stamped with the time (at most
-        LOG_LINE_MAX characters: the log stays under LOG_LINES x that)."""
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
+        LOG_LINE_MAX characters); drop the oldest whole lines past LOG_BYTES."""
         line = " ".join(line.split())
         if len(line) > LOG_LINE_MAX:
             line = line[:LOG_LINE_MAX - 3] + "..."
-        self.log.append(f"{stamp} {line}")
+        buf = self.log
+        buf += f"{_stamp()} {line}\n".encode(errors="replace")
+        over = len(buf) - LOG_BYTES
+        if over > 0:  # bytearray deletes from the front in place, without a copy
+            del buf[:buf.index(b"\n", over - 1) + 1]
+
 
 
 @dataclass(eq=False)

@@ -41,16 +41,26 @@ class Calls:
         self.store.on_remove_agent.append(lambda a: self.sched.kill(a))
 
     def agent_entries(self, d: AgentDir) -> Iterable[Node]:
+        return [self._agent_entry(d, n) for n in AGENT_FILES]
+
+    def agent_entry(self, d: AgentDir, name: str) -> Node | None:
+        return self._agent_entry(d, name) if name in AGENT_FILES else None
+
+    def _agent_entry(self, d: AgentDir, name: str) -> Node:
         a = d.a
-        return [
-            CtlFile("ctl", d.key("ctl"), d, self, a),
-            TextFile("log", d.key("log"), d, lambda: "".join(f"{ln}\n" for ln in a.log).encode(),
-                     append=True, quiet_remove=True),
-            TextFile("schemas", d.key("schemas"), d, lambda: json_text(self.schemas(a)),
-                     quiet_remove=True),
-            AgentToolsDir("tools", d.key("tools"), d, lambda td: self._tool_dirs(td, d),
-                          lambda td, n: self._tool_dir(td, d, n)),
-        ]
+        if "qpaths" not in a.extra:   # paths in listing order, whichever entry comes first
+            for n in AGENT_FILES:
+                d.key(n)
+        if name == "tools":
+            return AgentToolsDir("tools", d.key("tools"), d, lambda td: self._tool_dirs(td, d),
+                                 lambda td, n: self._tool_dir(td, d, n))
+        if name == "ctl":
+            return CtlFile("ctl", d.key("ctl"), d, self, a)
+        if name == "log":
+            return TextFile("log", d.key("log"), d, lambda: bytes(a.log),
+                            append=True, quiet_remove=True)
+        return TextFile("schemas", d.key("schemas"), d, lambda: json_text(self.schemas(a)),
+                        quiet_remove=True)
 
     def _tool_dirs(self, td: Dir_, d: AgentDir) -> list[Node]:
         return [ToolCallDir(n, d.key("tool", n), td, self, d.a, d)
@@ -132,6 +142,10 @@ def _short(args: Any) -> str:
     return s if len(s) <= 200 else s[:197] + "..."
 
 
+AGENT_FILES = ("ctl", "log", "schemas", "tools")
+TOOL_FILES = ("call", "out", "err", "status")
+
+
 class CtlFile(Node):
     perm = 0o666
 
@@ -179,21 +193,25 @@ class ToolCallDir(Dir_):
         super().__init__(name, qpath, parent)
         self.calls, self.a = calls, a
         self.tool = name
-        k = d.key
-        self._nodes = [
-            CallFile("call", k("tool", name, "call"), self),
-            StreamFile("out", k("tool", name, "out"), self, "stdout"),
-            StreamFile("err", k("tool", name, "err"), self, "stderr"),
-            TextFile("status", k("tool", name, "status"), self, self._status,
-                     quiet_remove=True),
-        ]
+        self._q = [d.key("tool", name, n) for n in TOOL_FILES]   # in listing order
 
     def alive(self) -> bool:
         return (self.a.alive and self.tool in self.a.loaded
                 and self.calls.registry.get(self.tool) is not None)
 
     def children(self) -> list[Node]:
-        return self._nodes
+        return [self._child(n) for n in TOOL_FILES]
+
+    def lookup(self, name: str) -> Node | None:
+        return self._child(name) if name in TOOL_FILES else None
+
+    def _child(self, name: str) -> Node:
+        q = self._q[TOOL_FILES.index(name)]
+        if name == "call":
+            return CallFile("call", q, self)
+        if name == "status":
+            return TextFile("status", q, self, self._status, quiet_remove=True)
+        return StreamFile(name, q, self, "stdout" if name == "out" else "stderr")
 
     def latest(self) -> Call | None:
         return self.calls.latest(self.a).get(self.tool)
