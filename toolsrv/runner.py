@@ -256,20 +256,32 @@ class Runner:
                         kill: asyncio.Event | None = None) -> None:
         """Wait for exit and EOF on both pipes; kill on the deadline or when `kill` is
         set (keeping what was printed); bounded drain after."""
-        waits: set[asyncio.Future[Any]] = {handle.exited, out.done, err.done}
+        waits = (handle.exited, out.done, err.done)
+        loop = asyncio.get_running_loop()
+        wake = loop.create_future()   # one wait for all three, the kill and the deadline
+
+        def check(_: Any = None) -> None:
+            if not wake.done() and (all(f.done() for f in waits)
+                                    or (kill is not None and kill.is_set())):
+                wake.set_result(None)
+
+        for f in waits:
+            f.add_done_callback(check)
         killer = asyncio.ensure_future(kill.wait()) if kill is not None else None
-        pending = set(waits)
+        if killer is not None:
+            killer.add_done_callback(check)
+        timer = loop.call_later(max(0.0, deadline - time.monotonic()),
+                                lambda: wake.done() or wake.set_result(None))
         try:
-            while pending and not (kill is not None and kill.is_set()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                await asyncio.wait(pending | ({killer} if killer else set()), timeout=left,
-                                   return_when=asyncio.FIRST_COMPLETED)
-                pending = {f for f in waits if not f.done()}
+            check()
+            await wake
         finally:
+            timer.cancel()
+            for f in waits:
+                f.remove_done_callback(check)
             if killer is not None:
                 killer.cancel()
+        pending = {f for f in waits if not f.done()}
         if handle.exited in pending:
             killed = kill is not None and kill.is_set()
             res.timed_out = not (out.overflow or err.overflow or killed)
