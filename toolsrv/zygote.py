@@ -18,7 +18,10 @@
 # the loop: it stays root and unconfined, and handles signals.
 #
 # Namespaces are made ahead while idle (a namespace's first process is the slowest step: an
-# internal procfs mount) and reused when a run leaves its namespace empty.
+# internal procfs mount) and reused when a run leaves its namespace empty, whether it was a
+# spare or made for that run: under load the zygote is never idle, so the namespaces a burst
+# of runs made serve the next burst (up to MAX_SPARE are kept; beyond SPARE_NAMESPACES they
+# end after IDLE_TRIM_MS without a request).
 #
 # Containment.  As root, or inside a user namespace of its own otherwise, the zygote is pid 1
 # of a PID namespace under a bootstrap process that waits for it: the server dies, the
@@ -51,6 +54,8 @@ PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 MAX_PACKET = 1 << 20
 MAX_FDS = 8  # stdin, stdout, stderr and up to five extra fds for the tool
 SPARE_NAMESPACES = 4  # PID namespaces made ahead, while idle
+MAX_SPARE = 64  # namespaces kept for reuse: a burst of exits refills a burst of spawns
+IDLE_TRIM_MS = 1000  # idle this long: spares beyond SPARE_NAMESPACES are ended
 RLIMITS = {n: getattr(resource, f"RLIMIT_{n.upper()}")
            for n in ("cpu", "as", "fsize", "nofile", "core", "nproc", "data", "stack", "memlock")}
 # setgroups, setresuid, setresgid: raw syscall numbers, so only the calling thread changes.
@@ -83,6 +88,9 @@ class Zygote:
         self.pidns = in_pidns and self._in_thread(_call, "unshare", CLONE_NEWPID) is None
         self.empty_netns = self._make_empty_netns() if namespaces else -1
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]  # each spare's stub is a process
+        self.max_spare = MAX_SPARE if nproc < 0 else \
+            min(MAX_SPARE, max(2 * SPARE_NAMESPACES, nproc // 8))
         self.path_cache = landlock.PathCache(max(0, min(128, nofile - 48)))
         if not in_pidns:
             _call("prctl", PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -147,9 +155,14 @@ class Zygote:
                 self.after_handoff.pop()()
         try:
             while True:
-                events = self.poller.poll(0 if self._want_spare() else None)
+                want = self._want_spare()
+                events = self.poller.poll(
+                    0 if want else IDLE_TRIM_MS if len(self.spare) > SPARE_NAMESPACES else None)
                 if not events:
-                    self._add_spare()  # idle: prepare a namespace for the next run
+                    if want:
+                        self._add_spare()  # idle: prepare a namespace for the next run
+                    else:
+                        self._trim_spares()
                 for fd, _ in events:
                     if fd == self.sig_r:
                         try:
@@ -171,12 +184,11 @@ class Zygote:
         def make() -> _Ns:
             _call("unshare", CLONE_NEWPID)
             stub, stack = _clone_stub()  # the namespace can be opened once it has a pid 1
-            try:
-                fd = os.open("/proc/thread-self/ns/pid_for_children", os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
+            fd = _open_pidns()
+            if fd < 0:
                 os.kill(stub, signal.SIGKILL)  # still root here: this thread never switches
                 os.waitpid(stub, 0)
-                raise
+                raise OSError(errno.ENOENT, "no pid_for_children")
             return _Ns(stub, stack, fd, _host_pid(stub))
 
         made = self._in_thread(make)
@@ -185,14 +197,25 @@ class Zygote:
             return
         self.spare.append(made)
 
+    def _trim_spares(self) -> None:
+        """Idle after a burst: end the spares beyond SPARE_NAMESPACES (their stubs are reaped
+        as strangers by reap())."""
+        while len(self.spare) > SPARE_NAMESPACES:
+            ns = self.spare.pop()
+            ns.close()
+            _kill_all([(os.kill, ns.stub)])
+
     def _recycle(self, run: _Run) -> bool:
         """After the tool has ended: keep its namespace for another run when nothing is left
         in it.  Every survivor would be a child of the stub (orphans go to a namespace's
         pid 1), so an empty children list proves the namespace empty."""
         ns = run.ns
-        if ns is None or ns.fd < 0 or not ns.host or run.killed or \
-                len(self.spare) >= 2 * SPARE_NAMESPACES:
+        if ns is None or ns.fd < 0 or run.killed or len(self.spare) >= self.max_spare:
             return False
+        if not ns.host:
+            ns.host = _host_pid(ns.stub)  # made for a run: resolved on its first recycling
+            if not ns.host:
+                return False
         try:
             with open(f"/proc/{ns.host}/task/{ns.host}/children", "rb") as f:
                 if f.read().strip():
@@ -301,6 +324,7 @@ class Zygote:
                 step = "pidns"
                 _call("unshare", CLONE_NEWPID)
                 ns = _Ns(*_clone_stub(), -1, 0)
+                ns.fd = _open_pidns()  # so the namespace can be recycled like a spare
             if msg.get("uid") is not None:
                 step = "uid"
                 if _SYSNO is None:
@@ -430,6 +454,10 @@ _clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void
 _SYS_PAUSE = {"x86_64": 34}.get(os.uname().machine)
 _PAUSE = ctypes.cast(_libc.syscall if _SYS_PAUSE else _libc.pause, ctypes.c_void_p)
 STUB_STACK = 16384
+_SIGSET_SIZE = 128  # glibc's sigset_t
+_ALL_SIGNALS = ctypes.create_string_buffer(b"\xff" * _SIGSET_SIZE, _SIGSET_SIZE)
+_sigmask = _libc.pthread_sigmask
+_sigmask.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
 
 
 def _clone_stub() -> tuple[int, object]:
@@ -439,15 +467,24 @@ def _clone_stub() -> tuple[int, object]:
     It stays root and outside Landlock, so the tool can neither signal nor trace it."""
     stack = ctypes.create_string_buffer(STUB_STACK)
     top = (ctypes.addressof(stack) + STUB_STACK - 64) & ~15
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    old = ctypes.create_string_buffer(_SIGSET_SIZE)  # raw sigsets: signal.pthread_sigmask
+    _sigmask(signal.SIG_BLOCK, _ALL_SIGNALS, old)    # converts 64 numbers to enums each way
     try:
         pid = _clone(_PAUSE, top, CLONE_VM | CLONE_FILES | signal.SIGCHLD, _SYS_PAUSE)
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _sigmask(signal.SIG_SETMASK, old, None)
     if pid < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"clone: {os.strerror(err)}")
     return pid, stack
+
+
+def _open_pidns() -> int:
+    """An fd on the calling thread's pid_for_children namespace; -1 if it cannot be opened."""
+    try:
+        return os.open("/proc/thread-self/ns/pid_for_children", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return -1
 
 
 def _host_pid(pid: int) -> int:
@@ -455,11 +492,16 @@ def _host_pid(pid: int) -> int:
     try:
         fd = os.pidfd_open(pid)
         try:
-            with open(f"/proc/self/fdinfo/{fd}") as f:
-                return next(int(ln.split()[1]) for ln in f if ln.startswith("Pid:"))
+            info = os.open(f"/proc/self/fdinfo/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                text = os.read(info, 4096)
+            finally:
+                os.close(info)
         finally:
             os.close(fd)
-    except (OSError, ValueError, StopIteration):
+        at = text.index(b"\nPid:") + 5
+        return int(text[at:text.index(b"\n", at)])
+    except (OSError, ValueError):
         return 0
 
 
