@@ -8,9 +8,11 @@
 # returns a LaunchHandle whose one future the zygote's reply resolves:
 #   exited -> (wait status, None) when the run has ended and its namespace is gone, or
 #             (None, reason) when it could not be launched (or the zygote died)
-# There is no "started" reply: a kill may be sent at any time after the spawn, because the
-# zygote reads requests in order.  The future carries values, never exceptions, so a
-# cancelled caller leaves nothing unretrieved.
+# The zygote reports ended runs in batches ({"op": "exits", "runs": [[id, status], ...]}, one
+# packet per reaping pass) and failed launches one by one ({"op": "error"}).  There is no
+# "started" reply: a kill may be sent at any time after the spawn, because the zygote reads
+# requests in order.  The future carries values, never exceptions, so a cancelled caller
+# leaves nothing unretrieved.
 # If the zygote dies, every pending handle ends with "launcher died" (the tools die with it:
 # see zygote.py) and the next ensure() starts a new zygote.  Collector and Feeder pump a
 # run's pipes from the event loop in CHUNK-sized steps, so memory per stream stays bounded.
@@ -181,15 +183,16 @@ class Launcher:
             self._dispatch(json.loads(data))
 
     def _dispatch(self, msg: dict) -> None:
-        handle = self._handles.get(msg["id"])
-        if handle is None:
+        if msg["op"] == "exits":  # [[run id, wait status], ...]: runs that have ended
+            for run_id, status in msg["runs"]:
+                handle = self._handles.pop(run_id, None)
+                if handle is not None:
+                    handle._set(handle.exited, (status, None))
             return
-        op = msg["op"]
-        del self._handles[handle.id]
-        if op == "error":
-            handle._set(handle.exited, (None, msg["error"]))
-        elif op == "exit":
-            handle._set(handle.exited, (msg["status"], None))
+        if msg["op"] == "error":  # the run could not be launched
+            handle = self._handles.pop(msg["id"], None)
+            if handle is not None:
+                handle._set(handle.exited, (None, msg["error"]))
 
     def _died(self) -> None:
         if self._sock is None:

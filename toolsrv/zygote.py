@@ -15,7 +15,9 @@
 # then prlimit(RLIMIT_CPU) on the child, registers the run, passes the baton to the next loop
 # thread and ends.  Other rlimits are server-wide: set on the zygote at start, inherited.
 # Every fd here is O_CLOEXEC, so a tool gets 0, 1 and 2 only.  The main thread never runs
-# the loop: it stays root and unconfined, and handles signals.
+# the loop: it stays root and unconfined, and handles SIGTERM.  SIGCHLD is blocked in every
+# thread and read by the loop from a signalfd; one reaping pass reports all the runs it
+# ended in one packet.
 #
 # Namespaces are made ahead while idle (a namespace's first process is the slowest step: an
 # internal procfs mount) and reused when a run leaves its namespace empty, whether it was a
@@ -70,9 +72,21 @@ _libc.syscall.restype = ctypes.c_long
 def _call(name: str, *args: int) -> None:
     fn = _libc.syscall if name.isdigit() else getattr(_libc, name)
     full = (int(name), *args) if name.isdigit() else args
-    if fn(*(ctypes.c_long(a) for a in full)) != 0:
+    _check(fn(*(ctypes.c_long(a) for a in full)))
+
+
+def _check(ret: int) -> None:
+    if ret != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
+
+
+# The calls of every spawn, with fixed prototypes: no per-call argument wrapping.
+_unshare = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, use_errno=True)(("unshare", _libc))
+_setns = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                          use_errno=True)(("setns", _libc))
+_syscall3 = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                             ctypes.c_long, use_errno=True)(("syscall", _libc))
 
 
 class Zygote:
@@ -89,8 +103,8 @@ class Zygote:
         self.empty_netns = self._make_empty_netns() if namespaces else -1
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]  # each spare's stub is a process
-        self.max_spare = MAX_SPARE if nproc < 0 else \
-            min(MAX_SPARE, max(2 * SPARE_NAMESPACES, nproc // 8))
+        self.max_spare = max(2 * SPARE_NAMESPACES, min(  # a spare holds one fd
+            MAX_SPARE, (nofile - 48) // 2, MAX_SPARE if nproc < 0 else nproc // 8))
         self.path_cache = landlock.PathCache(max(0, min(128, nofile - 48)))
         if not in_pidns:
             _call("prctl", PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -125,20 +139,24 @@ class Zygote:
         return fd if isinstance(fd, int) else -1
 
     def send(self, msg: dict) -> None:
+        self._send(json.dumps(msg).encode())
+
+    def _send(self, data: bytes) -> None:
         try:
-            self.sock.send(json.dumps(msg).encode())
+            self.sock.send(data)
         except OSError:
             pass  # the server is gone; EOF on the socket ends the loop
 
     def serve(self) -> None:
-        sig_r, sig_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        signal.set_wakeup_fd(sig_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
+        # SIGCHLD is blocked in every thread (threads inherit the mask; posix_spawn clears it
+        # for the tool) and read from a signalfd by the loop: no Python handler, so the main
+        # thread does not wake for each exit.
+        _sigmask(signal.SIG_BLOCK, _SIGCHLD_SET, None)
+        self.sig_r = _check_fd(_signalfd(-1, _SIGCHLD_SET, os.O_NONBLOCK | os.O_CLOEXEC))
         self.send({"op": "hello", "pidns": self.pidns, "netns": self.empty_netns >= 0})
-        self.sig_r = sig_r
         self.poller = select.poll()
         self.poller.register(self.sock.fileno(), select.POLLIN)
-        self.poller.register(sig_r, select.POLLIN)
+        self.poller.register(self.sig_r, select.POLLIN)
         _thread.start_new_thread(self.loop, (None,))
         forever = _thread.allocate_lock()
         forever.acquire()
@@ -166,7 +184,7 @@ class Zygote:
                 for fd, _ in events:
                     if fd == self.sig_r:
                         try:
-                            while os.read(self.sig_r, 512):
+                            while os.read(self.sig_r, 4096):  # signalfd_siginfo records
                                 pass
                         except BlockingIOError:
                             pass
@@ -217,9 +235,12 @@ class Zygote:
             if not ns.host:
                 return False
         try:
-            with open(f"/proc/{ns.host}/task/{ns.host}/children", "rb") as f:
-                if f.read().strip():
+            fd = os.open(f"/proc/{ns.host}/task/{ns.host}/children", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if os.read(fd, 64):
                     return False
+            finally:
+                os.close(fd)
         except OSError:
             return False
         self.by_pid.pop(ns.stub, None)
@@ -313,16 +334,16 @@ class Zygote:
         Returns (tool pid, the run's PID namespace or None)."""
         step, ns = "fs", spare
         try:
-            _call("unshare", CLONE_FS)
+            _check(_unshare(CLONE_FS))
             if msg["netns"] and self.empty_netns >= 0:
                 step = "netns"
-                _call("setns", self.empty_netns, CLONE_NEWNET)
+                _check(_setns(self.empty_netns, CLONE_NEWNET))
             if spare is not None:
                 step = "pidns"
-                _call("setns", spare.fd, CLONE_NEWPID)
+                _check(_setns(spare.fd, CLONE_NEWPID))
             elif self.pidns:
                 step = "pidns"
-                _call("unshare", CLONE_NEWPID)
+                _check(_unshare(CLONE_NEWPID))
                 ns = _Ns(*_clone_stub(), -1, 0)
                 ns.fd = _open_pidns()  # so the namespace can be recycled like a spare
             if msg.get("uid") is not None:
@@ -330,9 +351,9 @@ class Zygote:
                 if _SYSNO is None:
                     raise OSError(errno.ENOSYS, f"uid switch unsupported on {os.uname().machine}")
                 gid, uid = msg["gid"], msg["uid"]
-                _call(str(_SYSNO[0]), 0, 0)
-                _call(str(_SYSNO[2]), gid, gid, gid)
-                _call(str(_SYSNO[1]), uid, uid, uid)
+                _check(_syscall3(_SYSNO[0], 0, 0, 0))
+                _check(_syscall3(_SYSNO[2], gid, gid, gid))
+                _check(_syscall3(_SYSNO[1], uid, uid, uid))
             step = "cwd: " + msg["cwd"]
             os.chdir(msg["cwd"])
             if ruleset >= 0:
@@ -370,6 +391,15 @@ class Zygote:
         _kill_all(targets)
 
     def reap(self) -> None:
+        """Reap every child that has ended; report the runs that are over in one packet."""
+        ended: list[str] = []
+        try:
+            self._reap(ended)
+        finally:
+            if ended:
+                self._send(b'{"op":"exits","runs":[%s]}' % ",".join(ended).encode())
+
+    def _reap(self, ended: list[str]) -> None:
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -397,7 +427,7 @@ class Zygote:
                 if run.status is None:
                     continue  # killed from outside: the tool's own reaping reports
             del self.runs[run.id]
-            self.send({"op": "exit", "id": run.id, "status": run.status})
+            ended.append(f"[{run.id},{run.status}]")
 
     def kill_orphans(self, pgid: int) -> None:
         """Without PID namespaces: kill the run's group and every orphan we adopted (our
@@ -458,6 +488,18 @@ _SIGSET_SIZE = 128  # glibc's sigset_t
 _ALL_SIGNALS = ctypes.create_string_buffer(b"\xff" * _SIGSET_SIZE, _SIGSET_SIZE)
 _sigmask = _libc.pthread_sigmask
 _sigmask.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+_SIGCHLD_SET = ctypes.create_string_buffer(  # sigset_t: unsigned longs, signal n is bit n-1
+    (1 << (signal.SIGCHLD - 1)).to_bytes(8, sys.byteorder) + bytes(_SIGSET_SIZE - 8),
+    _SIGSET_SIZE)
+_signalfd = _libc.signalfd
+_signalfd.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+
+
+def _check_fd(fd: int) -> int:
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return fd
 
 
 def _clone_stub() -> tuple[int, object]:
