@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import mmap
 import os
 import select
 import socket
@@ -82,6 +83,7 @@ class Launcher:
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()
         self._gone: asyncio.Future[None] | None = None
+        self._rbuf = mmap.mmap(-1, MAX_PACKET)  # replies land here (pages used on write)
 
     @property
     def alive(self) -> bool:
@@ -171,16 +173,16 @@ class Launcher:
 
     def _on_readable(self) -> None:
         while self._sock is not None:
-            try:
-                data = self._sock.recv(MAX_PACKET)
+            try:  # into one buffer: recv(MAX_PACKET) would map 1 MiB and shrink it each time
+                size = self._sock.recv_into(self._rbuf)
             except BlockingIOError:
                 return
             except OSError:
-                data = b""
-            if not data:
+                size = 0
+            if not size:
                 self._died()
                 return
-            self._dispatch(json.loads(data))
+            self._dispatch(json.loads(self._rbuf[:size]))
 
     def _dispatch(self, msg: dict) -> None:
         if msg["op"] == "exits":  # [[run id, wait status], ...]: runs that have ended

@@ -40,6 +40,7 @@ import collections
 import ctypes
 import errno
 import json
+import mmap
 import os
 import resource
 import select
@@ -94,6 +95,7 @@ class Zygote:
 
     def __init__(self, sock: socket.socket, in_pidns: bool, namespaces: bool = True) -> None:
         self.sock = sock
+        self.rbuf = mmap.mmap(-1, MAX_PACKET)  # pages become resident only once written
         self.runs: dict[int, _Run] = {}  # run id -> run
         self.by_pid: dict[int, _Run] = {}  # tool or stub pid -> run
         self.spare: collections.deque[_Ns] = collections.deque()
@@ -249,19 +251,20 @@ class Zygote:
         return True
 
     def handle_packet(self) -> bool:
-        try:  # not socket.recv_fds: in 3.11 it drops the flags, and so MSG_CMSG_CLOEXEC
-            data, ancillary, _flags, _addr = self.sock.recvmsg(
-                MAX_PACKET, socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC)
+        try:  # not socket.recv_fds: in 3.11 it drops the flags, and so MSG_CMSG_CLOEXEC.
+            # Into one buffer: recvmsg(MAX_PACKET) would map 1 MiB and shrink it every time.
+            size, ancillary, _flags, _addr = self.sock.recvmsg_into(
+                [self.rbuf], socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC)
         except (BlockingIOError, InterruptedError):
             return True
         fds = array.array("i")
         for level, kind, blob in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.frombytes(blob[:len(blob) - len(blob) % 4])
-        if not data:
+        if not size:
             return False
         try:
-            msg = json.loads(data)
+            msg = json.loads(self.rbuf[:size])
             if msg["op"] == "spawn":
                 self.spawn(msg, fds)  # closes fds; returns only if nothing was spawned
                 return True
