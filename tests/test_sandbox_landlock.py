@@ -29,9 +29,11 @@ def confined(script: str, rules: list[tuple[str, str]], **kw: object) -> dict:
         abi = landlock.abi_version()[0]
         cache = landlock.PathCache(limit={kw.pop("limit", 128)!r})
         rules = [(p, landlock.ACCESS[a]) for p, a in {rules!r}]
+        cached = {kw.pop("cached", None)!r}
         for _ in range(2):  # the second build comes from the cache's ready list
-            fd, skipped = landlock.build_ruleset(abi, rules, cache=cache, cached=len(rules),
-                                                 **{kw!r})
+            fd, skipped = landlock.build_ruleset(
+                abi, rules, cache=cache, cached=len(rules) if cached is None else cached,
+                **{kw!r})
         landlock.restrict_self(fd)
         out = {{"skipped": skipped, "fast": cache.fast_builds}}
     """) + textwrap.dedent(script) + "\nprint(json.dumps(out))\n"
@@ -61,7 +63,9 @@ def test_masks_follow_the_abi() -> None:
     assert landlock.abi_masks(7) == landlock.abi_masks(6)
 
 
-def test_file_rules_keep_only_file_rights_and_missing_paths_skip(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cached", [True, False], ids=["cached", "per-call"])
+def test_file_rules_keep_only_file_rights_and_missing_paths_skip(tmp_path: Path,
+                                                                 cached: bool) -> None:
     f = tmp_path / "f.txt"
     f.write_text("v1")
     out = confined(can(f"open({str(f)!r}, 'a').write('x')") + "out['append'] = ok\n"
@@ -69,8 +73,9 @@ def test_file_rules_keep_only_file_rights_and_missing_paths_skip(tmp_path: Path)
                    + can("open('/etc/hostname').read()") + "out['other'] = ok\n",
                    [(str(f), "rw"), (str(tmp_path / "missing"), "ro"), ("/usr", "rox"),
                     (sys.prefix, "rox")], handle_net=False, bind_tcp=[], connect_tcp=[],
-                   scoped=0)
-    assert out["skipped"] == [str(tmp_path / "missing")] and out["fast"] == 1
+                   scoped=0, cached=None if cached else 0)
+    assert out["skipped"] == [str(tmp_path / "missing")]
+    assert out["fast"] == (1 if cached else 0)
     assert out["append"] is True and out["create"] == "Permission denied"
     assert out["other"] == "Permission denied"
 

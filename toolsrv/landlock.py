@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import select
 import stat
@@ -387,17 +388,27 @@ def build_ruleset(abi: int, paths: list[tuple[str, int]], *, handle_net: bool,
 
 
 def _add_path(ruleset_fd: int, path: str, access: int) -> bool:
+    """One rule for a path not in the cache (a per-call one: {CWD}, {TMPDIR}...).  No fstat:
+    the rule is tried as given, and only if the kernel refuses it (EINVAL: dir rights on a
+    non-directory) again with the file rights alone."""
     try:
-        e = _Entry(os.open(path, os.O_PATH | os.O_CLOEXEC))
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         return False
     try:
-        addr = e.attr(access)
-        if addr and _add_rule(SYS_ADD_RULE, ruleset_fd, RULE_PATH_BENEATH, addr, 0) < 0:
-            _check(-1, f"landlock_add_rule {path}")
+        if access:
+            attr = _PathBeneathAttr(access, fd)
+            addr = ctypes.addressof(attr)
+            if _add_rule(SYS_ADD_RULE, ruleset_fd, RULE_PATH_BENEATH, addr, 0) < 0:
+                if ctypes.get_errno() != errno.EINVAL or not access & ~FILE_RIGHTS:
+                    _check(-1, f"landlock_add_rule {path}")
+                attr.allowed_access = access & FILE_RIGHTS
+                if attr.allowed_access and \
+                        _add_rule(SYS_ADD_RULE, ruleset_fd, RULE_PATH_BENEATH, addr, 0) < 0:
+                    _check(-1, f"landlock_add_rule {path}")
         return True
     finally:
-        os.close(e.fd)
+        os.close(fd)
 
 
 def _add_port(ruleset_fd: int, access: int, port: int) -> None:

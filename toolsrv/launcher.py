@@ -31,6 +31,7 @@ from pathlib import Path
 
 MAX_PACKET = 1 << 20
 CHUNK = 65536  # pipe read/write size: bounds what one callback holds
+MAX_FIXED = 32  # fixed path lists sent once and then named by reference
 _ROOT = str(Path(__file__).resolve().parents[1])
 _BOOT = "import sys; sys.path.insert(0, sys.argv[4]); from toolsrv.zygote import main; " \
         "main(sys.argv[1:4])"
@@ -83,6 +84,7 @@ class Launcher:
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()
         self._gone: asyncio.Future[None] | None = None
+        self._fixed: list[list] = []  # fixed path lists this zygote has, by reference
         self._rbuf = mmap.mmap(-1, MAX_PACKET)  # replies land here (pages used on write)
 
     @property
@@ -119,6 +121,7 @@ class Launcher:
         self.pidns, self.netns = hello["pidns"], hello["netns"]
         self.zygote_pid = proc.pid
         self._sock, self._proc = parent, proc
+        self._fixed = []
         self._gone = loop.create_future()
         pidfd = os.pidfd_open(proc.pid)
         loop.add_reader(pidfd, self._on_exit, pidfd, proc, self._gone)
@@ -136,7 +139,7 @@ class Launcher:
         child_ends = [stdin_r, stdout_w, stderr_w]
         handle = LaunchHandle(next(self._ids), (stdin_w, stdout_r, stderr_r))
         try:
-            self._send({**msg, "id": handle.id}, child_ends + list(extra_fds))
+            self._send({**self._by_ref(msg), "id": handle.id}, child_ends + list(extra_fds))
         except BaseException:
             handle.close_fds()
             raise
@@ -145,6 +148,24 @@ class Launcher:
                 os.close(fd)
         self._handles[handle.id] = handle
         return handle
+
+    def _by_ref(self, msg: dict) -> dict:
+        """The request with its Landlock rules' fixed paths (the first `cached`, the same in
+        every call of a profile) replaced by a reference to a list sent once before."""
+        rules = msg.get("landlock")
+        if not rules or not rules.get("cached"):
+            return msg
+        n, paths = rules["cached"], rules["paths"]
+        fixed = paths[:n]
+        try:
+            ref = self._fixed.index(fixed)
+        except ValueError:
+            if len(self._fixed) >= MAX_FIXED:
+                return msg  # many profiles: send the paths inline
+            ref = len(self._fixed)
+            self._send({"op": "paths", "ref": ref, "paths": fixed}, [])
+            self._fixed.append(fixed)
+        return {**msg, "landlock": {**rules, "paths": paths[n:], "fixed": ref}}
 
     def kill(self, handle: LaunchHandle) -> None:
         """SIGKILL the run's whole tree (the zygote handles requests in order)."""

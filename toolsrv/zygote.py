@@ -101,6 +101,7 @@ class Zygote:
         self.spare: collections.deque[_Ns] = collections.deque()
         self.spare_ok = True
         self.after_handoff: list[Callable[[], None]] = []
+        self.fixed: dict[int, list[tuple[str, int]]] = {}  # fixed path lists, by reference
         self.pidns = in_pidns and self._in_thread(_call, "unshare", CLONE_NEWPID) is None
         self.empty_netns = self._make_empty_netns() if namespaces else -1
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -270,6 +271,8 @@ class Zygote:
                 return True
             if msg["op"] == "kill":
                 self.kill(msg["id"])
+            elif msg["op"] == "paths":
+                self.fixed[msg["ref"]] = [(p, a) for p, a in msg["paths"]]
         except (ValueError, LookupError, TypeError):
             pass  # not a request of ours
         for fd in fds:
@@ -287,10 +290,14 @@ class Zygote:
                 raise OSError(errno.EINVAL, "spawn needs three pipe fds")
             ll = msg.get("landlock")
             if ll is not None:
+                paths = [(p, a) for p, a in ll["paths"]]
+                cached = ll.get("cached", 0)
+                if "fixed" in ll:  # the fixed paths, sent once before by reference
+                    paths = self.fixed[ll["fixed"]] + paths
                 ruleset, _skipped = landlock.build_ruleset(
-                    ll["abi"], [(p, a) for p, a in ll["paths"]], handle_net=ll["net"],
-                    bind_tcp=ll["bind_tcp"], connect_tcp=ll["connect_tcp"], scoped=ll["scoped"],
-                    cache=self.path_cache, cached=ll.get("cached", 0))
+                    ll["abi"], paths, handle_net=ll["net"], bind_tcp=ll["bind_tcp"],
+                    connect_tcp=ll["connect_tcp"], scoped=ll["scoped"],
+                    cache=self.path_cache, cached=cached)
         except (OSError, LookupError, TypeError, ValueError) as e:
             for fd in fds:
                 os.close(fd)
