@@ -219,12 +219,10 @@ class Zygote:
         self.spare.append(made)
 
     def _trim_spares(self) -> None:
-        """Idle after a burst: end the spares beyond SPARE_NAMESPACES (their stubs are reaped
-        as strangers by reap())."""
+        """Idle after a burst: end the spares beyond SPARE_NAMESPACES.  Each stub is reaped
+        here, before its stack (our memory) can be freed."""
         while len(self.spare) > SPARE_NAMESPACES:
-            ns = self.spare.pop()
-            ns.close()
-            _kill_all([(os.kill, ns.stub)])
+            self._discard(self.spare.pop())
 
     def _recycle(self, run: _Run) -> bool:
         """After the tool has ended: keep its namespace for another run when nothing is left
