@@ -1,5 +1,7 @@
 """The launcher's own mechanisms, with real processes: PID namespaces made under load are
-reused only when empty, and the spares a burst leaves are ended once the launcher is idle."""
+reused only when empty, the spares a burst leaves are ended once the launcher is idle, and
+runs of different profiles interleaved (reused namespaces, rulesets from the path cache's
+ready lists, one spawning thread each) each get exactly their own confinement."""
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
-from sandbox_support import LANDLOCK, NO_LANDLOCK, Harness  # noqa: E402
+from sandbox_support import LANDLOCK, NO_LANDLOCK, Harness, default_dict, profile_from  # noqa: E402
 
 from toolsrv import zygote  # noqa: E402
 
@@ -88,3 +90,28 @@ def test_spares_beyond_the_ahead_count_end_when_idle(h: Harness) -> None:
         time.sleep(0.05)
     assert len(zygote_children(h)) <= zygote.SPARE_NAMESPACES
     assert os.path.exists(f"/proc/{h.runner.launcher.zygote_pid}")
+
+
+def test_interleaved_profiles_each_get_their_own_confinement(h: Harness) -> None:
+    data = default_dict()
+    data["filesystem"]["ro"].append(str(h.outside))
+    data["network"] = {"enabled": True}
+    lax = profile_from(data, "lax")
+    probes = [{"op": "read", "path": str(h.secret)}, {"op": "udp", "port": 9},
+              {"op": "whoami"}]
+
+    async def many() -> list:
+        return await asyncio.gather(*(
+            h.runner.run(h.request([str(h.tools / "probe.py")], json.dumps(probes).encode(),
+                                   lax if i % 2 else None)) for i in range(16)))
+
+    for _ in range(2):  # the second round: reused namespaces, ready-list rulesets
+        for i, res in enumerate(h.run_async(many())):
+            assert res.exit_code == 0, res
+            read, udp, who = json.loads(res.stdout)
+            if i % 2:
+                assert read == {"ok": True, "value": "secret\n"} and udp["ok"], (i, res)
+            else:
+                assert not read["ok"] and not udp["ok"], (i, res)
+            if h.uid:
+                assert who["value"]["uid"] == h.uid[0], who
