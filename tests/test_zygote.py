@@ -115,3 +115,20 @@ def test_interleaved_profiles_each_get_their_own_confinement(h: Harness) -> None
                 assert not read["ok"] and not udp["ok"], (i, res)
             if h.uid:
                 assert who["value"]["uid"] == h.uid[0], who
+
+
+def test_a_request_naming_unknown_fixed_paths_is_that_runs_error(h: Harness) -> None:
+    from toolsrv.sandbox import placeholder_values
+    req = h.request(["/bin/true"])
+    policy = req.profile.resolve(placeholder_values(req.cwd, "/tmp", req.tool_dir))
+    msg = h.runner._spawn_message(req, policy, "/tmp", 5.0)
+    msg["landlock"] = {**msg["landlock"], "cached": 0, "fixed": 10**6}  # never sent
+
+    async def go() -> tuple:
+        handle = h.runner.launcher.spawn(msg)
+        handle.close_fds()
+        return await asyncio.wait_for(handle.exited, 10)
+
+    status, error = h.run_async(go())
+    assert status is None and error, (status, error)
+    assert h.run(["/bin/echo", "still serving"]).stdout == b"still serving\n"

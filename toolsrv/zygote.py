@@ -286,6 +286,8 @@ class Zygote:
         try:
             if len(fds) < 3:
                 raise OSError(errno.EINVAL, "spawn needs three pipe fds")
+            if type(msg.get("id")) is not int:  # it is written into the exits reply as is
+                raise TypeError("spawn needs an integer id")
             ll = msg.get("landlock")
             if ll is not None:
                 paths = [(p, a) for p, a in ll["paths"]]
