@@ -281,21 +281,32 @@ class _Watch:
 
     def add(self, paths: list[str]) -> bool:
         """Watch these paths too; False when that cannot be done (then close() and nothing
-        may be trusted)."""
+        may be trusted).
+
+        Race-free by construction: a directory is watched after the one it is found in
+        (parents first), so a directory replaced after its watch was added shows as an
+        event of its parent's; and the walk is repeated after each round of new watches
+        until it finds nothing unwatched, so a symlink retargeted meanwhile is followed."""
         if not self.fds and not self._open():
             return False
-        dirs: set[str] = set()
-        for path in paths:
-            _lookup_dirs(path, dirs)
-        for d in dirs - self.dirs:
-            raw = os.fsencode(d)
-            if _statfs(raw, self._statfs) != 0 or \
-                    ctypes.c_long.from_buffer(self._statfs).value & 0xFFFFFFFF not in _LOCAL_FS \
-                    or _inotify_add_watch(self.fds[0], raw, _IN_NAMES | _IN_ONLYDIR_NOFOLLOW) < 0:
-                self.close()
-                return False
-            self.dirs.add(d)
-        return True
+        for _ in range(4):
+            dirs: set[str] = set()
+            for path in paths:
+                _lookup_dirs(path, dirs)
+            new = dirs - self.dirs
+            if not new:
+                return True
+            for d in sorted(new, key=lambda d: 0 if d == "/" else d.count("/")):
+                raw = os.fsencode(d)
+                if _statfs(raw, self._statfs) != 0 or \
+                        ctypes.c_long.from_buffer(self._statfs).value & 0xFFFFFFFF \
+                        not in _LOCAL_FS or \
+                        _inotify_add_watch(self.fds[0], raw, _IN_NAMES | _IN_ONLYDIR_NOFOLLOW) < 0:
+                    self.close()
+                    return False
+                self.dirs.add(d)
+        self.close()  # names kept changing while we watched them
+        return False
 
     def _open(self) -> bool:
         ino = _inotify_init1(_IN_NONBLOCK_CLOEXEC)
