@@ -8,9 +8,11 @@
 # returns a LaunchHandle whose one future the zygote's reply resolves:
 #   exited -> (wait status, None) when the run has ended and its namespace is gone, or
 #             (None, reason) when it could not be launched (or the zygote died)
-# There is no "started" reply: a kill may be sent at any time after the spawn, because the
-# zygote reads requests in order.  The future carries values, never exceptions, so a
-# cancelled caller leaves nothing unretrieved.
+# The zygote reports ended runs in batches ({"op": "exits", "runs": [[id, status], ...]}, one
+# packet per reaping pass) and failed launches one by one ({"op": "error"}).  There is no
+# "started" reply: a kill may be sent at any time after the spawn, because the zygote reads
+# requests in order.  The future carries values, never exceptions, so a cancelled caller
+# leaves nothing unretrieved.
 # If the zygote dies, every pending handle ends with "launcher died" (the tools die with it:
 # see zygote.py) and the next ensure() starts a new zygote.  Collector and Feeder pump a
 # run's pipes from the event loop in CHUNK-sized steps, so memory per stream stays bounded.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import mmap
 import os
 import select
 import socket
@@ -28,6 +31,7 @@ from pathlib import Path
 
 MAX_PACKET = 1 << 20
 CHUNK = 65536  # pipe read/write size: bounds what one callback holds
+MAX_FIXED = 32  # fixed path lists sent once and then named by reference
 _ROOT = str(Path(__file__).resolve().parents[1])
 _BOOT = "import sys; sys.path.insert(0, sys.argv[4]); from toolsrv.zygote import main; " \
         "main(sys.argv[1:4])"
@@ -80,6 +84,8 @@ class Launcher:
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()
         self._gone: asyncio.Future[None] | None = None
+        self._fixed: list[list] = []  # fixed path lists this zygote has, by reference
+        self._rbuf = mmap.mmap(-1, MAX_PACKET)  # replies land here (pages used on write)
 
     @property
     def alive(self) -> bool:
@@ -115,6 +121,7 @@ class Launcher:
         self.pidns, self.netns = hello["pidns"], hello["netns"]
         self.zygote_pid = proc.pid
         self._sock, self._proc = parent, proc
+        self._fixed = []
         self._gone = loop.create_future()
         pidfd = os.pidfd_open(proc.pid)
         loop.add_reader(pidfd, self._on_exit, pidfd, proc, self._gone)
@@ -132,7 +139,7 @@ class Launcher:
         child_ends = [stdin_r, stdout_w, stderr_w]
         handle = LaunchHandle(next(self._ids), (stdin_w, stdout_r, stderr_r))
         try:
-            self._send({**msg, "id": handle.id}, child_ends + list(extra_fds))
+            self._send({**self._by_ref(msg), "id": handle.id}, child_ends + list(extra_fds))
         except BaseException:
             handle.close_fds()
             raise
@@ -141,6 +148,24 @@ class Launcher:
                 os.close(fd)
         self._handles[handle.id] = handle
         return handle
+
+    def _by_ref(self, msg: dict) -> dict:
+        """The request with its Landlock rules' fixed paths (the first `cached`, the same in
+        every call of a profile) replaced by a reference to a list sent once before."""
+        rules = msg.get("landlock")
+        if not rules or not rules.get("cached"):
+            return msg
+        n, paths = rules["cached"], rules["paths"]
+        fixed = paths[:n]
+        try:
+            ref = self._fixed.index(fixed)
+        except ValueError:
+            if len(self._fixed) >= MAX_FIXED:
+                return msg  # many profiles: send the paths inline
+            ref = len(self._fixed)
+            self._send({"op": "paths", "ref": ref, "paths": fixed}, [])
+            self._fixed.append(fixed)
+        return {**msg, "landlock": {**rules, "paths": paths[n:], "fixed": ref}}
 
     def kill(self, handle: LaunchHandle) -> None:
         """SIGKILL the run's whole tree (the zygote handles requests in order)."""
@@ -169,27 +194,28 @@ class Launcher:
 
     def _on_readable(self) -> None:
         while self._sock is not None:
-            try:
-                data = self._sock.recv(MAX_PACKET)
+            try:  # into one buffer: recv(MAX_PACKET) would map 1 MiB and shrink it each time
+                size = self._sock.recv_into(self._rbuf)
             except BlockingIOError:
                 return
             except OSError:
-                data = b""
-            if not data:
+                size = 0
+            if not size:
                 self._died()
                 return
-            self._dispatch(json.loads(data))
+            self._dispatch(json.loads(self._rbuf[:size]))
 
     def _dispatch(self, msg: dict) -> None:
-        handle = self._handles.get(msg["id"])
-        if handle is None:
+        if msg["op"] == "exits":  # [[run id, wait status], ...]: runs that have ended
+            for run_id, status in msg["runs"]:
+                handle = self._handles.pop(run_id, None)
+                if handle is not None:
+                    handle._set(handle.exited, (status, None))
             return
-        op = msg["op"]
-        del self._handles[handle.id]
-        if op == "error":
-            handle._set(handle.exited, (None, msg["error"]))
-        elif op == "exit":
-            handle._set(handle.exited, (msg["status"], None))
+        if msg["op"] == "error":  # the run could not be launched
+            handle = self._handles.pop(msg["id"], None)
+            if handle is not None:
+                handle._set(handle.exited, (None, msg["error"]))
 
     def _died(self) -> None:
         if self._sock is None:

@@ -15,10 +15,15 @@
 # then prlimit(RLIMIT_CPU) on the child, registers the run, passes the baton to the next loop
 # thread and ends.  Other rlimits are server-wide: set on the zygote at start, inherited.
 # Every fd here is O_CLOEXEC, so a tool gets 0, 1 and 2 only.  The main thread never runs
-# the loop: it stays root and unconfined, and handles signals.
+# the loop: it stays root and unconfined, and handles SIGTERM.  SIGCHLD is blocked in every
+# thread and read by the loop from a signalfd; one reaping pass reports all the runs it
+# ended in one packet.
 #
 # Namespaces are made ahead while idle (a namespace's first process is the slowest step: an
-# internal procfs mount) and reused when a run leaves its namespace empty.
+# internal procfs mount) and reused when a run leaves its namespace empty, whether it was a
+# spare or made for that run: under load the zygote is never idle, so the namespaces a burst
+# of runs made serve the next burst (up to MAX_SPARE are kept; beyond SPARE_NAMESPACES they
+# end after IDLE_TRIM_MS without a request).
 #
 # Containment.  As root, or inside a user namespace of its own otherwise, the zygote is pid 1
 # of a PID namespace under a bootstrap process that waits for it: the server dies, the
@@ -35,6 +40,7 @@ import collections
 import ctypes
 import errno
 import json
+import mmap
 import os
 import resource
 import select
@@ -51,6 +57,8 @@ PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 MAX_PACKET = 1 << 20
 MAX_FDS = 8  # stdin, stdout, stderr and up to five extra fds for the tool
 SPARE_NAMESPACES = 4  # PID namespaces made ahead, while idle
+MAX_SPARE = 64  # namespaces kept for reuse: a burst of exits refills a burst of spawns
+IDLE_TRIM_MS = 1000  # idle this long: spares beyond SPARE_NAMESPACES are ended
 RLIMITS = {n: getattr(resource, f"RLIMIT_{n.upper()}")
            for n in ("cpu", "as", "fsize", "nofile", "core", "nproc", "data", "stack", "memlock")}
 # setgroups, setresuid, setresgid: raw syscall numbers, so only the calling thread changes.
@@ -65,9 +73,21 @@ _libc.syscall.restype = ctypes.c_long
 def _call(name: str, *args: int) -> None:
     fn = _libc.syscall if name.isdigit() else getattr(_libc, name)
     full = (int(name), *args) if name.isdigit() else args
-    if fn(*(ctypes.c_long(a) for a in full)) != 0:
+    _check(fn(*(ctypes.c_long(a) for a in full)))
+
+
+def _check(ret: int) -> None:
+    if ret != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
+
+
+# The calls of every spawn, with fixed prototypes: no per-call argument wrapping.
+_unshare = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, use_errno=True)(("unshare", _libc))
+_setns = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                          use_errno=True)(("setns", _libc))
+_syscall3 = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                             ctypes.c_long, use_errno=True)(("syscall", _libc))
 
 
 class Zygote:
@@ -75,14 +95,19 @@ class Zygote:
 
     def __init__(self, sock: socket.socket, in_pidns: bool, namespaces: bool = True) -> None:
         self.sock = sock
+        self.rbuf = mmap.mmap(-1, MAX_PACKET)  # pages become resident only once written
         self.runs: dict[int, _Run] = {}  # run id -> run
         self.by_pid: dict[int, _Run] = {}  # tool or stub pid -> run
         self.spare: collections.deque[_Ns] = collections.deque()
         self.spare_ok = True
         self.after_handoff: list[Callable[[], None]] = []
+        self.fixed: dict[int, list[tuple[str, int]]] = {}  # fixed path lists, by reference
         self.pidns = in_pidns and self._in_thread(_call, "unshare", CLONE_NEWPID) is None
         self.empty_netns = self._make_empty_netns() if namespaces else -1
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]  # each spare's stub is a process
+        self.max_spare = max(2 * SPARE_NAMESPACES, min(  # a spare holds one fd
+            MAX_SPARE, (nofile - 48) // 2, MAX_SPARE if nproc < 0 else nproc // 8))
         self.path_cache = landlock.PathCache(max(0, min(128, nofile - 48)))
         if not in_pidns:
             _call("prctl", PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -117,20 +142,24 @@ class Zygote:
         return fd if isinstance(fd, int) else -1
 
     def send(self, msg: dict) -> None:
+        self._send(json.dumps(msg).encode())
+
+    def _send(self, data: bytes) -> None:
         try:
-            self.sock.send(json.dumps(msg).encode())
+            self.sock.send(data)
         except OSError:
             pass  # the server is gone; EOF on the socket ends the loop
 
     def serve(self) -> None:
-        sig_r, sig_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        signal.set_wakeup_fd(sig_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
+        # SIGCHLD is blocked in every thread (threads inherit the mask; posix_spawn clears it
+        # for the tool) and read from a signalfd by the loop: no Python handler, so the main
+        # thread does not wake for each exit.
+        _sigmask(signal.SIG_BLOCK, _SIGCHLD_SET, None)
+        self.sig_r = _check_fd(_signalfd(-1, _SIGCHLD_SET, os.O_NONBLOCK | os.O_CLOEXEC))
         self.send({"op": "hello", "pidns": self.pidns, "netns": self.empty_netns >= 0})
-        self.sig_r = sig_r
         self.poller = select.poll()
         self.poller.register(self.sock.fileno(), select.POLLIN)
-        self.poller.register(sig_r, select.POLLIN)
+        self.poller.register(self.sig_r, select.POLLIN)
         _thread.start_new_thread(self.loop, (None,))
         forever = _thread.allocate_lock()
         forever.acquire()
@@ -147,13 +176,18 @@ class Zygote:
                 self.after_handoff.pop()()
         try:
             while True:
-                events = self.poller.poll(0 if self._want_spare() else None)
+                want = self._want_spare()
+                events = self.poller.poll(
+                    0 if want else IDLE_TRIM_MS if len(self.spare) > SPARE_NAMESPACES else None)
                 if not events:
-                    self._add_spare()  # idle: prepare a namespace for the next run
+                    if want:
+                        self._add_spare()  # idle: prepare a namespace for the next run
+                    else:
+                        self._trim_spares()
                 for fd, _ in events:
                     if fd == self.sig_r:
                         try:
-                            while os.read(self.sig_r, 512):
+                            while os.read(self.sig_r, 4096):  # signalfd_siginfo records
                                 pass
                         except BlockingIOError:
                             pass
@@ -171,12 +205,11 @@ class Zygote:
         def make() -> _Ns:
             _call("unshare", CLONE_NEWPID)
             stub, stack = _clone_stub()  # the namespace can be opened once it has a pid 1
-            try:
-                fd = os.open("/proc/thread-self/ns/pid_for_children", os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
+            fd = _open_pidns()
+            if fd < 0:
                 os.kill(stub, signal.SIGKILL)  # still root here: this thread never switches
                 os.waitpid(stub, 0)
-                raise
+                raise OSError(errno.ENOENT, "no pid_for_children")
             return _Ns(stub, stack, fd, _host_pid(stub))
 
         made = self._in_thread(make)
@@ -185,18 +218,30 @@ class Zygote:
             return
         self.spare.append(made)
 
+    def _trim_spares(self) -> None:
+        """Idle after a burst: end the spares beyond SPARE_NAMESPACES.  Each stub is reaped
+        here, before its stack (our memory) can be freed."""
+        while len(self.spare) > SPARE_NAMESPACES:
+            self._discard(self.spare.pop())
+
     def _recycle(self, run: _Run) -> bool:
         """After the tool has ended: keep its namespace for another run when nothing is left
         in it.  Every survivor would be a child of the stub (orphans go to a namespace's
         pid 1), so an empty children list proves the namespace empty."""
         ns = run.ns
-        if ns is None or ns.fd < 0 or not ns.host or run.killed or \
-                len(self.spare) >= 2 * SPARE_NAMESPACES:
+        if ns is None or ns.fd < 0 or run.killed or len(self.spare) >= self.max_spare:
             return False
+        if not ns.host:
+            ns.host = _host_pid(ns.stub)  # made for a run: resolved on its first recycling
+            if not ns.host:
+                return False
         try:
-            with open(f"/proc/{ns.host}/task/{ns.host}/children", "rb") as f:
-                if f.read().strip():
+            fd = os.open(f"/proc/{ns.host}/task/{ns.host}/children", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if os.read(fd, 64):
                     return False
+            finally:
+                os.close(fd)
         except OSError:
             return False
         self.by_pid.pop(ns.stub, None)
@@ -205,24 +250,27 @@ class Zygote:
         return True
 
     def handle_packet(self) -> bool:
-        try:  # not socket.recv_fds: in 3.11 it drops the flags, and so MSG_CMSG_CLOEXEC
-            data, ancillary, _flags, _addr = self.sock.recvmsg(
-                MAX_PACKET, socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC)
+        try:  # not socket.recv_fds: in 3.11 it drops the flags, and so MSG_CMSG_CLOEXEC.
+            # Into one buffer: recvmsg(MAX_PACKET) would map 1 MiB and shrink it every time.
+            size, ancillary, _flags, _addr = self.sock.recvmsg_into(
+                [self.rbuf], socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC)
         except (BlockingIOError, InterruptedError):
             return True
         fds = array.array("i")
         for level, kind, blob in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.frombytes(blob[:len(blob) - len(blob) % 4])
-        if not data:
+        if not size:
             return False
         try:
-            msg = json.loads(data)
+            msg = json.loads(self.rbuf[:size])
             if msg["op"] == "spawn":
                 self.spawn(msg, fds)  # closes fds; returns only if nothing was spawned
                 return True
             if msg["op"] == "kill":
                 self.kill(msg["id"])
+            elif msg["op"] == "paths":
+                self.fixed[msg["ref"]] = [(p, a) for p, a in msg["paths"]]
         except (ValueError, LookupError, TypeError):
             pass  # not a request of ours
         for fd in fds:
@@ -238,12 +286,18 @@ class Zygote:
         try:
             if len(fds) < 3:
                 raise OSError(errno.EINVAL, "spawn needs three pipe fds")
+            if type(msg.get("id")) is not int:  # it is written into the exits reply as is
+                raise TypeError("spawn needs an integer id")
             ll = msg.get("landlock")
             if ll is not None:
+                paths = [(p, a) for p, a in ll["paths"]]
+                cached = ll.get("cached", 0)
+                if "fixed" in ll:  # the fixed paths, sent once before by reference
+                    paths = self.fixed[ll["fixed"]] + paths
                 ruleset, _skipped = landlock.build_ruleset(
-                    ll["abi"], [(p, a) for p, a in ll["paths"]], handle_net=ll["net"],
-                    bind_tcp=ll["bind_tcp"], connect_tcp=ll["connect_tcp"], scoped=ll["scoped"],
-                    cache=self.path_cache, cached=ll.get("cached", 0))
+                    ll["abi"], paths, handle_net=ll["net"], bind_tcp=ll["bind_tcp"],
+                    connect_tcp=ll["connect_tcp"], scoped=ll["scoped"],
+                    cache=self.path_cache, cached=cached)
         except (OSError, LookupError, TypeError, ValueError) as e:
             for fd in fds:
                 os.close(fd)
@@ -290,25 +344,26 @@ class Zygote:
         Returns (tool pid, the run's PID namespace or None)."""
         step, ns = "fs", spare
         try:
-            _call("unshare", CLONE_FS)
+            _check(_unshare(CLONE_FS))
             if msg["netns"] and self.empty_netns >= 0:
                 step = "netns"
-                _call("setns", self.empty_netns, CLONE_NEWNET)
+                _check(_setns(self.empty_netns, CLONE_NEWNET))
             if spare is not None:
                 step = "pidns"
-                _call("setns", spare.fd, CLONE_NEWPID)
+                _check(_setns(spare.fd, CLONE_NEWPID))
             elif self.pidns:
                 step = "pidns"
-                _call("unshare", CLONE_NEWPID)
+                _check(_unshare(CLONE_NEWPID))
                 ns = _Ns(*_clone_stub(), -1, 0)
+                ns.fd = _open_pidns()  # so the namespace can be recycled like a spare
             if msg.get("uid") is not None:
                 step = "uid"
                 if _SYSNO is None:
                     raise OSError(errno.ENOSYS, f"uid switch unsupported on {os.uname().machine}")
                 gid, uid = msg["gid"], msg["uid"]
-                _call(str(_SYSNO[0]), 0, 0)
-                _call(str(_SYSNO[2]), gid, gid, gid)
-                _call(str(_SYSNO[1]), uid, uid, uid)
+                _check(_syscall3(_SYSNO[0], 0, 0, 0))
+                _check(_syscall3(_SYSNO[2], gid, gid, gid))
+                _check(_syscall3(_SYSNO[1], uid, uid, uid))
             step = "cwd: " + msg["cwd"]
             os.chdir(msg["cwd"])
             if ruleset >= 0:
@@ -346,6 +401,15 @@ class Zygote:
         _kill_all(targets)
 
     def reap(self) -> None:
+        """Reap every child that has ended; report the runs that are over in one packet."""
+        ended: list[str] = []
+        try:
+            self._reap(ended)
+        finally:
+            if ended:
+                self._send(b'{"op":"exits","runs":[%s]}' % ",".join(ended).encode())
+
+    def _reap(self, ended: list[str]) -> None:
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -373,7 +437,7 @@ class Zygote:
                 if run.status is None:
                     continue  # killed from outside: the tool's own reaping reports
             del self.runs[run.id]
-            self.send({"op": "exit", "id": run.id, "status": run.status})
+            ended.append(f"[{run.id},{run.status}]")
 
     def kill_orphans(self, pgid: int) -> None:
         """Without PID namespaces: kill the run's group and every orphan we adopted (our
@@ -430,6 +494,22 @@ _clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void
 _SYS_PAUSE = {"x86_64": 34}.get(os.uname().machine)
 _PAUSE = ctypes.cast(_libc.syscall if _SYS_PAUSE else _libc.pause, ctypes.c_void_p)
 STUB_STACK = 16384
+_SIGSET_SIZE = 128  # glibc's sigset_t
+_ALL_SIGNALS = ctypes.create_string_buffer(b"\xff" * _SIGSET_SIZE, _SIGSET_SIZE)
+_sigmask = _libc.pthread_sigmask
+_sigmask.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+_SIGCHLD_SET = ctypes.create_string_buffer(  # sigset_t: unsigned longs, signal n is bit n-1
+    (1 << (signal.SIGCHLD - 1)).to_bytes(8, sys.byteorder) + bytes(_SIGSET_SIZE - 8),
+    _SIGSET_SIZE)
+_signalfd = _libc.signalfd
+_signalfd.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+
+
+def _check_fd(fd: int) -> int:
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return fd
 
 
 def _clone_stub() -> tuple[int, object]:
@@ -439,15 +519,24 @@ def _clone_stub() -> tuple[int, object]:
     It stays root and outside Landlock, so the tool can neither signal nor trace it."""
     stack = ctypes.create_string_buffer(STUB_STACK)
     top = (ctypes.addressof(stack) + STUB_STACK - 64) & ~15
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    old = ctypes.create_string_buffer(_SIGSET_SIZE)  # raw sigsets: signal.pthread_sigmask
+    _sigmask(signal.SIG_BLOCK, _ALL_SIGNALS, old)    # converts 64 numbers to enums each way
     try:
         pid = _clone(_PAUSE, top, CLONE_VM | CLONE_FILES | signal.SIGCHLD, _SYS_PAUSE)
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _sigmask(signal.SIG_SETMASK, old, None)
     if pid < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"clone: {os.strerror(err)}")
     return pid, stack
+
+
+def _open_pidns() -> int:
+    """An fd on the calling thread's pid_for_children namespace; -1 if it cannot be opened."""
+    try:
+        return os.open("/proc/thread-self/ns/pid_for_children", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return -1
 
 
 def _host_pid(pid: int) -> int:
@@ -455,11 +544,16 @@ def _host_pid(pid: int) -> int:
     try:
         fd = os.pidfd_open(pid)
         try:
-            with open(f"/proc/self/fdinfo/{fd}") as f:
-                return next(int(ln.split()[1]) for ln in f if ln.startswith("Pid:"))
+            info = os.open(f"/proc/self/fdinfo/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                text = os.read(info, 4096)
+            finally:
+                os.close(info)
         finally:
             os.close(fd)
-    except (OSError, ValueError, StopIteration):
+        at = text.index(b"\nPid:") + 5
+        return int(text[at:text.index(b"\n", at)])
+    except (OSError, ValueError):
         return 0
 
 
