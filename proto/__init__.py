@@ -1,6 +1,6 @@
 """proto: a sans-I/O codec for 9P2000 (intro(5)).
 
-Bytes in, frozen message dataclasses out, and back.  Nothing here touches
+Bytes in, immutable message objects out, and back.  Nothing here touches
 sockets, asyncio or logging; the server and the client each wrap it in their
 own I/O.  Malformed input raises ProtocolError and nothing else.
 """
