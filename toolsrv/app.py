@@ -23,7 +23,6 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from . import dial
@@ -34,8 +33,8 @@ from .transport import Gate, NinePProtocol, Peer, listen
 
 log = logging.getLogger("toolsrv")
 
-REPO = Path(__file__).resolve().parents[1]
-BUNDLED_TOOLS = REPO / "data" / "tools"
+REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+BUNDLED_TOOLS = os.path.join(REPO, "data", "tools")
 
 
 @dataclass
@@ -80,7 +79,7 @@ def default_tools_path() -> list[str]:
     env = os.environ.get("OLLIE_TOOLS_PATH")
     if env:
         return [p for p in env.split(":") if p]
-    return [os.path.expanduser("~/.config/ollie/tools"), str(BUNDLED_TOOLS)]
+    return [os.path.expanduser("~/.config/ollie/tools"), BUNDLED_TOOLS]
 
 
 def parent_pid(pid: int) -> int:

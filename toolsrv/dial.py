@@ -7,8 +7,6 @@ The default address is unix!$NAMESPACE/toolsrv, where $NAMESPACE defaults to
 """
 from __future__ import annotations
 
-import getpass
-import ipaddress
 import os
 import stat
 from dataclasses import dataclass
@@ -31,6 +29,7 @@ class Addr:
             return True
         if self.host == "localhost":
             return True
+        import ipaddress     # here: only TCP listeners need it
         try:
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:
@@ -62,7 +61,11 @@ def namespace(env: dict[str, str] | None = None) -> str:
     env = dict(os.environ) if env is None else env
     if env.get("NAMESPACE"):
         return env["NAMESPACE"]
-    user = env.get("USER") or getpass.getuser()
+    if env.get("USER"):
+        user = env["USER"]
+    else:
+        import getpass
+        user = getpass.getuser()
     display = env.get("DISPLAY") or ":0"
     if display.endswith(".0"):
         display = display[:-2]

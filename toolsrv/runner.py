@@ -24,7 +24,6 @@ import os
 import pwd
 import shutil
 import stat
-import tempfile
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -294,14 +293,24 @@ class _Scratch:
     the event loop must not wait for them.  A directory is handed out once, never reused."""
 
     def __init__(self, base: str | None, owner: tuple[int, int] | None, ahead: int = 8) -> None:
-        self.base = base or os.path.join(tempfile.gettempdir(), f"toolsrv-{os.geteuid()}")
+        self._base = base
         self.owner, self.ahead = owner, ahead
         self.ready: collections.deque[str] = collections.deque()
         self.filling = False
         self.pending: set[asyncio.Future[None]] = set()
         self._checked = False
 
+    @property
+    def base(self) -> str:
+        """Where the directories go: the given base, else toolsrv-<euid> in tempfile's
+        directory, found on first use (tempfile is not imported to start serving)."""
+        if not self._base:
+            import tempfile
+            self._base = os.path.join(tempfile.gettempdir(), f"toolsrv-{os.geteuid()}")
+        return self._base
+
     def _make(self) -> str:
+        import tempfile
         if not self._checked:
             try:
                 os.mkdir(self.base, 0o711)

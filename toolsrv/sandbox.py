@@ -19,11 +19,13 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 from toolsrv import landlock
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PLACEHOLDERS = ("CWD", "HOME", "TMPDIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
                 "XDG_CACHE_HOME", "XDG_RUNTIME_DIR", "TOOLS")
@@ -115,6 +117,11 @@ class Profile:
                       self.best_effort, tuple(skipped), len(static))
 
 
+def _home() -> str:
+    from pathlib import Path      # here: pathlib is not needed at start-up
+    return str(Path.home())
+
+
 def _substitute(text: str, values: Mapping[str, str | None]) -> str | None:
     missing = False
 
@@ -134,7 +141,7 @@ def placeholder_values(cwd: str, tmpdir: str | None, tools: str | None,
                        environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
     """The placeholder table for one call; XDG variables get their spec defaults."""
     environ = os.environ if environ is None else environ
-    home = environ.get("HOME") or str(Path.home())
+    home = environ.get("HOME") or _home()
 
     def xdg(name: str, default: str | None) -> str | None:
         value = environ.get(name, "")
@@ -238,10 +245,11 @@ def default_user_dir() -> str:
 
 
 def default_shipped_dir() -> Path:
-    return Path(__file__).resolve().parents[1] / "sandbox"
+    from pathlib import Path
+    return Path(_SHIPPED)
 
 
-_SHIPPED = default_shipped_dir()
+_SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "sandbox")
 
 
 def load_profile(name: str, *, user_dir: Path | None = None,
