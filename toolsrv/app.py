@@ -1,8 +1,12 @@
 """The server process: wires the registry, session store, runner and tree to
 listeners, and runs until SIGTERM/SIGINT.
 
-Start-up order: registry (initial scan, then watching), runner (the launcher
-starts before the server grows), session state restored, listeners opened.
+Start-up order: what answering 9P needs, then listeners opened, then what only
+tool calls need.  Runner made (its launcher process not started yet), registry
+(initial scan, then watching), session state restored, listeners opened; then
+the launcher started (calls arriving meanwhile wait for it), then jsonschema
+imported in a worker thread.  Imports not needed to answer the first request
+are deferred to where they are used (doc/performance.md, Launch).
 Shutdown is graceful: stop accepting, hang up connections (their calls are
 cancelled), kill every run, save state, remove the Unix socket, exit 0.
 
@@ -164,9 +168,6 @@ class App:
         raise_fd_limit()
         unix_config, tcp_config = self._configs()
         self.runner, tool_uid = self._make_runner()
-        # the launcher is a process of its own: let it start while we load the registry
-        runner_ready = (asyncio.ensure_future(self.runner.start())
-                        if self.runner is not None else None)
         self.registry = self._make_registry()
         await self.registry.start()
         state = (opts.state_dir or default_state_dir()) if opts.persist else None
@@ -192,10 +193,14 @@ class App:
                 self.unix_paths.append(a.path)
             elif a.port == 0 and srv.sockets:       # tcp!host!0: say the port we got
                 self.addrs[i] = dial.Addr("tcp", host=a.host, port=srv.sockets[0].getsockname()[1])
-        # serving already; load the call validator's library off the loop, before a call needs it
+        # Serving already.  Now the launcher (a process of its own: started sooner, it takes
+        # a CPU from the start-up on a busy machine); calls arriving meanwhile wait for it
+        # in Runner.run.  Then the call validator's library, off the loop, before a call
+        # needs it; not sooner: the import holds the GIL, and the first requests would
+        # wait for it (up to the 5 ms switch interval per reply).
+        if self.runner is not None:
+            await self.runner.start()
         asyncio.get_running_loop().run_in_executor(None, _warm_imports)
-        if runner_ready is not None:
-            await runner_ready          # calls arriving meanwhile wait for it in Runner.run
 
     async def internal_connection(self, session: str, agent: str) -> socket.socket:
         """A socket already connected to this server: what a tool under a profile with
