@@ -26,11 +26,11 @@ import shutil
 import signal
 import socket
 import sys
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import dial
 from .fs import ToolsrvFS
+from .record import Record, replace
 from .server import DEFAULT_MSIZE, ServerConfig
 from .sessions import SessionStore
 from .transport import Gate, NinePProtocol, Peer, listen
@@ -41,32 +41,47 @@ REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 BUNDLED_TOOLS = os.path.join(REPO, "data", "tools")
 
 
-@dataclass
-class Options:
-    addrs: list[str] = field(default_factory=list)   # dial strings; empty: the default
-    tools: list[str] | None = None                   # search path; None: env or defaults
-    state_dir: str | None = None
-    msize: int = DEFAULT_MSIZE
-    trace: bool = False
-    listen_any: bool = False
-    allow_uids: list[int] = field(default_factory=list)
-    revwait_timeout: float = 60.0
-    timeout: float = 30.0
-    max_runs: int = 16
-    run_as: str | None = "nobody"
-    persist: bool = True
-    auth_secret: str | None = None       # file holding the TCP shared secret
-    # limits (doc/reliability.md); each hit answers a clear Rerror
-    max_conns: int = 512                 # connections, server-wide
-    max_conns_per_peer: int = 256        # connections per uid (Unix) or host (TCP)
-    max_fids: int = 4096                 # per connection
-    max_inflight: int = 256              # outstanding requests per connection
-    max_held: int = 64 << 20             # bytes a connection's fids hold (partial writes, reads)
-    frame_timeout: float = 60.0          # a partial frame stalled this long closes its conn
-    max_sessions: int = 10000
-    max_agents: int = 256                # per session
-    max_queued: int = 1024               # calls waiting for a run slot, server-wide
-    max_args: int = 1 << 20              # bytes of one call's JSON args
+class Options(Record):
+    FIELDS = ("addrs", "tools", "state_dir", "msize", "trace", "listen_any", "allow_uids",
+              "revwait_timeout", "timeout", "max_runs", "run_as", "persist", "auth_secret",
+              "max_conns", "max_conns_per_peer", "max_fids", "max_inflight", "max_held",
+              "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args")
+
+    def __init__(self, addrs: list[str] | None = None, tools: list[str] | None = None,
+                 state_dir: str | None = None, msize: int = DEFAULT_MSIZE, trace: bool = False,
+                 listen_any: bool = False, allow_uids: list[int] | None = None,
+                 revwait_timeout: float = 60.0, timeout: float = 30.0, max_runs: int = 16,
+                 run_as: str | None = "nobody", persist: bool = True,
+                 auth_secret: str | None = None, max_conns: int = 512,
+                 max_conns_per_peer: int = 256, max_fids: int = 4096, max_inflight: int = 256,
+                 max_held: int = 64 << 20, frame_timeout: float = 60.0,
+                 max_sessions: int = 10000, max_agents: int = 256, max_queued: int = 1024,
+                 max_args: int = 1 << 20) -> None:
+        self.addrs: list[str] = [] if addrs is None else addrs  # dial strings; empty: default
+        self.tools = tools                  # search path; None: env or defaults
+        self.state_dir = state_dir
+        self.msize = msize
+        self.trace = trace
+        self.listen_any = listen_any
+        self.allow_uids: list[int] = [] if allow_uids is None else allow_uids
+        self.revwait_timeout = revwait_timeout
+        self.timeout = timeout
+        self.max_runs = max_runs
+        self.run_as = run_as
+        self.persist = persist
+        self.auth_secret = auth_secret      # file holding the TCP shared secret
+        # limits (doc/reliability.md); each hit answers a clear Rerror
+        self.max_conns = max_conns          # connections, server-wide
+        self.max_conns_per_peer = max_conns_per_peer   # per uid (Unix) or host (TCP)
+        self.max_fids = max_fids            # per connection
+        self.max_inflight = max_inflight    # outstanding requests per connection
+        self.max_held = max_held            # bytes a connection's fids hold (partial writes,
+                                            # reads)
+        self.frame_timeout = frame_timeout  # a partial frame stalled this long closes its conn
+        self.max_sessions = max_sessions
+        self.max_agents = max_agents        # per session
+        self.max_queued = max_queued        # calls waiting for a run slot, server-wide
+        self.max_args = max_args            # bytes of one call's JSON args
 
 
 def _warm_imports() -> None:

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+
+from .record import Frozen, setfield
 
 SERVICE = "toolsrv"
 
 
-@dataclass(frozen=True)
-class Addr:
-    kind: str            # "unix" or "tcp"
-    path: str = ""
-    host: str = ""
-    port: int = 0
+class Addr(Frozen):
+    FIELDS = ("kind", "path", "host", "port")
+
+    def __init__(self, kind: str, path: str = "", host: str = "", port: int = 0) -> None:
+        setfield(self, "kind", kind)            # "unix" or "tcp"
+        setfield(self, "path", path)
+        setfield(self, "host", host)
+        setfield(self, "port", port)
 
     def __str__(self) -> str:
         return f"unix!{self.path}" if self.kind == "unix" else f"tcp!{self.host}!{self.port}"

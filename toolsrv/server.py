@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from proto import (
@@ -39,6 +38,7 @@ from . import errors as E
 from .errors import P9Error
 from .fid import Fid
 from .names import valid_name
+from .record import Record
 from .tree import Node
 
 log = logging.getLogger("toolsrv.server")
@@ -68,16 +68,20 @@ class Later:
         self.aw, self.post = aw, post
 
 
-@dataclass
-class ServerConfig:
-    msize: int = DEFAULT_MSIZE      # largest msize the server agrees to
-    max_fids: int = 4096            # per connection
-    max_inflight: int = 256         # outstanding requests per connection
-    max_held: int = 64 << 20        # bytes a connection's fids hold: unfinished writes, snapshots
-    trace: Callable[[str], None] | None = None   # -D: one line per message
-    auth: Any = None                # an auth.Authenticator: Tattach needs a proven afid
-    guard: Callable[[Node, str], None] | None = None   # scopes a connection: raises P9Error
-                                                       # for ("walk"|"write"|"create"|"remove")
+class ServerConfig(Record):
+    FIELDS = ("msize", "max_fids", "max_inflight", "max_held", "trace", "auth", "guard")
+
+    def __init__(self, msize: int = DEFAULT_MSIZE, max_fids: int = 4096, max_inflight: int = 256,
+                 max_held: int = 64 << 20, trace: Callable[[str], None] | None = None,
+                 auth: Any = None, guard: Callable[[Node, str], None] | None = None) -> None:
+        self.msize = msize                  # largest msize the server agrees to
+        self.max_fids = max_fids            # per connection
+        self.max_inflight = max_inflight    # outstanding requests per connection
+        self.max_held = max_held    # bytes a connection's fids hold: unfinished writes, snapshots
+        self.trace = trace          # -D: one line per message
+        self.auth = auth            # an auth.Authenticator: Tattach needs a proven afid
+        self.guard = guard          # scopes a connection: raises P9Error
+                                    # for ("walk"|"write"|"create"|"remove")
 
 
 class Conn:
