@@ -31,7 +31,7 @@ from proto import (
     ORDWR, OREAD, OTRUNC, OWRITE, Qid, Rattach, Rauth, Rclunk, Rcreate, Rerror, Rflush, Ropen,
     Rread, Rremove, Rstat, Rversion, Rwalk, Rwrite, Rwstat, Tattach, Tauth, Tclunk,
     Tcreate, Tflush, Topen, Tread, Tremove, Tstat, Tversion, Twalk, Twrite, Twstat,
-    encode_dir, format_msg,
+    encode_dir,
 )
 
 from . import errors as E
@@ -59,6 +59,12 @@ def _valid_name(name: str) -> bool:
             _names_seen[name] = ok
     return ok
 
+
+
+def _text(m: Any) -> str:
+    """A message's line in the -D trace."""
+    from proto.fmt import format_msg    # here: only -D needs it, not start-up
+    return format_msg(m, maxdata=64)
 
 class Later:
     """A handler's answer that needs waiting: `post(await aw)` is the reply."""
@@ -113,7 +119,7 @@ class Conn:
         """Handle one decoded message; the reply is sent now or by a task later."""
         trace = self.config.trace
         if trace:
-            trace(f"{self.name} <- {format_msg(m, maxdata=64)}")
+            trace(f"{self.name} <- {_text(m)}")
         if type(m) is Tversion:
             return self._version(m)
         tag = m.tag
@@ -179,7 +185,7 @@ class Conn:
         if self.closed:
             return
         if self.config.trace:
-            self.config.trace(f"{self.name} -> {format_msg(r, maxdata=64)}")
+            self.config.trace(f"{self.name} -> {_text(r)}")
         self.send(r)
 
     # -- lifecycle --
