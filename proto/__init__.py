@@ -1,6 +1,6 @@
 """proto: a sans-I/O codec for 9P2000 (intro(5)).
 
-Bytes in, frozen message dataclasses out, and back.  Nothing here touches
+Bytes in, immutable message objects out, and back.  Nothing here touches
 sockets, asyncio or logging; the server and the client each wrap it in their
 own I/O.  Malformed input raises ProtocolError and nothing else.
 """
@@ -9,4 +9,15 @@ from .errors import ProtocolError
 from .messages import *  # noqa: F401,F403
 from .codec import encode, decode, encode_dir, decode_dir, decode_dirs, dir_size  # noqa: F401
 from .framing import Framer  # noqa: F401
-from .fmt import format_dir, format_msg, parse_msg  # noqa: F401
+
+_FMT = ("format_dir", "format_msg", "parse_msg")
+
+
+def __getattr__(name: str):
+    """proto.fmt's functions, imported on first use: the text form is for traces and tests,
+    and its regular expressions cost start-up time."""
+    if name in _FMT:
+        from . import fmt
+        value = globals()[name] = getattr(fmt, name)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""9P2000 wire codec: message dataclasses <-> bytes, as intro(5) lays them out.
+"""9P2000 wire codec: message objects <-> bytes, as intro(5) lays them out.
 
 Theory of operation
 -------------------

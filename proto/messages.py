@@ -1,65 +1,144 @@
-"""One frozen dataclass per 9P2000 message, named and shaped as in intro(5).
+"""One immutable class per 9P2000 message, named and shaped as in intro(5).
 
 Field names follow the manual (tag, fid, newfid, wname, iounit, ...).  Each
 class carries its wire type number as the class attribute TYPE.  `MESSAGES`
 maps type number -> class; `Dir` is the stat structure and `Qid` the qid.
+`replace(obj, **changes)` is a copy with some fields changed.
+
+Theory of operation
+-------------------
+The classes are written out by hand rather than made by @dataclass: making
+thirty dataclasses execs generated code at import time, 40 ms or more of the
+server's launch (doc/performance.md, Launch), where these classes import in
+about 1 ms.  They behave as the frozen, slotted dataclasses they replace:
+- a class's fields are its __slots__, in wire order; __init__ takes them
+  positionally or by keyword, with the manual's defaults (Twalk.wname=(),
+  Ropen.iounit=0, Rread.data=b"", every Dir and Qid field);
+- immutable: assigning or deleting any attribute raises
+  dataclasses.FrozenInstanceError (an AttributeError), as a frozen dataclass
+  does; __init__ stores the fields through the slots' own descriptors (their
+  setters, bound once per class in _SET), which is also faster than the
+  object.__setattr__ a frozen dataclass's __init__ calls per field;
+- equal when of the same class with equal fields, hashable, repr
+  `Name(field=value, ...)`, positional pattern matching (__match_args__), and
+  copy/pickle rebuild through __init__.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from operator import attrgetter
 
 from . import const as C
 
 
-@dataclass(frozen=True, slots=True)
-class Qid:
-    type: int = 0
-    vers: int = 0
-    path: int = 0
+class _Record:
+    """Base of Qid, Dir and every message: equality, hash, repr and immutability
+    from the subclass's __slots__ (see the module's theory of operation)."""
+    __slots__ = ()
+    _SET: tuple = ()                  # the slots' setters, in __slots__ order
+    _key = staticmethod(lambda self: ())   # the field values, for == and hash
 
-    NOTOUCH = None  # set below: the all-ones qid of a "don't touch" wstat
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._key(self) == other._key(other)  # type: ignore[attr-defined]
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key(self))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__qualname__}({fields})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise _frozen(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise _frozen(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple:
+        return type(self), tuple(getattr(self, n) for n in self.__slots__)
 
 
-Qid.NOTOUCH = Qid(0xFF, C.NOTOUCH32, C.NOTOUCH64)  # type: ignore[misc]
+def _frozen(text: str) -> AttributeError:
+    from dataclasses import FrozenInstanceError   # only on a misuse: not at import
+    return FrozenInstanceError(text)
 
 
-@dataclass(frozen=True, slots=True)
-class Dir:
+def _record(cls: type) -> type:
+    """Finish a hand-written record class: setters, value getter, match args."""
+    names = cls.__slots__
+    cls._SET = tuple(vars(cls)[n].__set__ for n in names)
+    get = attrgetter(*names)
+    cls._key = staticmethod(get if len(names) > 1 else lambda self: (get(self),))
+    cls.__match_args__ = names
+    return cls
+
+
+def replace(obj: _Record, **changes: object) -> _Record:
+    """A copy of a message, Dir or Qid with the named fields changed."""
+    names = type(obj).__slots__
+    unknown = changes.keys() - set(names)
+    if unknown:
+        raise TypeError(f"{type(obj).__name__} has no field {sorted(unknown)[0]!r}")
+    return type(obj)(*[changes[n] if n in changes else getattr(obj, n) for n in names])
+
+
+@_record
+class Qid(_Record):
+    __slots__ = ("type", "vers", "path")
+
+    NOTOUCH: Qid = None  # type: ignore[assignment]  # set below: the all-ones qid of a wstat
+
+    def __init__(self, type: int = 0, vers: int = 0, path: int = 0) -> None:
+        a, b, c = self._SET
+        a(self, type)
+        b(self, vers)
+        c(self, path)
+
+
+Qid.NOTOUCH = Qid(0xFF, C.NOTOUCH32, C.NOTOUCH64)
+_QID0 = Qid()
+
+
+@_record
+class Dir(_Record):
     """The stat structure of stat(5), without its leading size[2]."""
-    type: int = 0
-    dev: int = 0
-    qid: Qid = field(default_factory=Qid)
-    mode: int = 0
-    atime: int = 0
-    mtime: int = 0
-    length: int = 0
-    name: str = ""
-    uid: str = ""
-    gid: str = ""
-    muid: str = ""
+    __slots__ = ("type", "dev", "qid", "mode", "atime", "mtime", "length",
+                 "name", "uid", "gid", "muid")
+
+    def __init__(self, type: int = 0, dev: int = 0, qid: Qid = _QID0, mode: int = 0,
+                 atime: int = 0, mtime: int = 0, length: int = 0, name: str = "",
+                 uid: str = "", gid: str = "", muid: str = "") -> None:
+        a, b, c, d, e, f, g, h, i, j, k = self._SET
+        a(self, type)
+        b(self, dev)
+        c(self, qid)
+        d(self, mode)
+        e(self, atime)
+        f(self, mtime)
+        g(self, length)
+        h(self, name)
+        i(self, uid)
+        j(self, gid)
+        k(self, muid)
 
     @classmethod
     def notouch(cls, **changes) -> "Dir":
         """A wstat Dir with every field "don't touch", then `changes` applied."""
         d = cls(C.NOTOUCH16, C.NOTOUCH32, Qid.NOTOUCH, C.NOTOUCH32, C.NOTOUCH32,
                 C.NOTOUCH32, C.NOTOUCH64, "", "", "", "")
-        return _replace(d, **changes) if changes else d
+        return replace(d, **changes) if changes else d  # type: ignore[return-value]
 
 
-def _replace(obj, **changes):
-    from dataclasses import replace
-    return replace(obj, **changes)
-
-
-class Message:
+class Message(_Record):
     """Base of every message: each has `tag` and a class-level TYPE."""
     __slots__ = ()
     TYPE: int = 0
 
 
-def _msg(type_number: int):
+def _message(type_number: int):
     def wrap(cls):
-        cls = dataclass(frozen=True, slots=True)(cls)
+        cls = _record(cls)
         cls.TYPE = type_number
         MESSAGES[type_number] = cls
         return cls
@@ -69,182 +148,287 @@ def _msg(type_number: int):
 MESSAGES: dict[int, type] = {}
 
 
-@_msg(C.Tversion_T)
+@_message(C.Tversion_T)
 class Tversion(Message):
-    tag: int
-    msize: int
-    version: str
+    __slots__ = ("tag", "msize", "version")
+
+    def __init__(self, tag: int, msize: int, version: str) -> None:
+        a, b, c = self._SET
+        a(self, tag)
+        b(self, msize)
+        c(self, version)
 
 
-@_msg(C.Rversion_T)
+@_message(C.Rversion_T)
 class Rversion(Message):
-    tag: int
-    msize: int
-    version: str
+    __slots__ = ("tag", "msize", "version")
+
+    def __init__(self, tag: int, msize: int, version: str) -> None:
+        a, b, c = self._SET
+        a(self, tag)
+        b(self, msize)
+        c(self, version)
 
 
-@_msg(C.Tauth_T)
+@_message(C.Tauth_T)
 class Tauth(Message):
-    tag: int
-    afid: int
-    uname: str
-    aname: str
+    __slots__ = ("tag", "afid", "uname", "aname")
+
+    def __init__(self, tag: int, afid: int, uname: str, aname: str) -> None:
+        a, b, c, d = self._SET
+        a(self, tag)
+        b(self, afid)
+        c(self, uname)
+        d(self, aname)
 
 
-@_msg(C.Rauth_T)
+@_message(C.Rauth_T)
 class Rauth(Message):
-    tag: int
-    aqid: Qid
+    __slots__ = ("tag", "aqid")
+
+    def __init__(self, tag: int, aqid: Qid) -> None:
+        a, b = self._SET
+        a(self, tag)
+        b(self, aqid)
 
 
-@_msg(C.Tattach_T)
+@_message(C.Tattach_T)
 class Tattach(Message):
-    tag: int
-    fid: int
-    afid: int
-    uname: str
-    aname: str
+    __slots__ = ("tag", "fid", "afid", "uname", "aname")
+
+    def __init__(self, tag: int, fid: int, afid: int, uname: str, aname: str) -> None:
+        a, b, c, d, e = self._SET
+        a(self, tag)
+        b(self, fid)
+        c(self, afid)
+        d(self, uname)
+        e(self, aname)
 
 
-@_msg(C.Rattach_T)
+@_message(C.Rattach_T)
 class Rattach(Message):
-    tag: int
-    qid: Qid
+    __slots__ = ("tag", "qid")
+
+    def __init__(self, tag: int, qid: Qid) -> None:
+        a, b = self._SET
+        a(self, tag)
+        b(self, qid)
 
 
-@_msg(C.Rerror_T)
+@_message(C.Rerror_T)
 class Rerror(Message):
-    tag: int
-    ename: str
+    __slots__ = ("tag", "ename")
+
+    def __init__(self, tag: int, ename: str) -> None:
+        a, b = self._SET
+        a(self, tag)
+        b(self, ename)
 
 
-@_msg(C.Tflush_T)
+@_message(C.Tflush_T)
 class Tflush(Message):
-    tag: int
-    oldtag: int
+    __slots__ = ("tag", "oldtag")
+
+    def __init__(self, tag: int, oldtag: int) -> None:
+        a, b = self._SET
+        a(self, tag)
+        b(self, oldtag)
 
 
-@_msg(C.Rflush_T)
+@_message(C.Rflush_T)
 class Rflush(Message):
-    tag: int
+    __slots__ = ("tag",)
+
+    def __init__(self, tag: int) -> None:
+        self._SET[0](self, tag)
 
 
-@_msg(C.Twalk_T)
+@_message(C.Twalk_T)
 class Twalk(Message):
-    tag: int
-    fid: int
-    newfid: int
-    wname: tuple[str, ...] = ()
+    __slots__ = ("tag", "fid", "newfid", "wname")
+
+    def __init__(self, tag: int, fid: int, newfid: int, wname: tuple[str, ...] = ()) -> None:
+        a, b, c, d = self._SET
+        a(self, tag)
+        b(self, fid)
+        c(self, newfid)
+        d(self, wname)
 
 
-@_msg(C.Rwalk_T)
+@_message(C.Rwalk_T)
 class Rwalk(Message):
-    tag: int
-    wqid: tuple[Qid, ...] = ()
+    __slots__ = ("tag", "wqid")
+
+    def __init__(self, tag: int, wqid: tuple[Qid, ...] = ()) -> None:
+        a, b = self._SET
+        a(self, tag)
+        b(self, wqid)
 
 
-@_msg(C.Topen_T)
+@_message(C.Topen_T)
 class Topen(Message):
-    tag: int
-    fid: int
-    mode: int
+    __slots__ = ("tag", "fid", "mode")
+
+    def __init__(self, tag: int, fid: int, mode: int) -> None:
+        a, b, c = self._SET
+        a(self, tag)
+        b(self, fid)
+        c(self, mode)
 
 
-@_msg(C.Ropen_T)
+@_message(C.Ropen_T)
 class Ropen(Message):
-    tag: int
-    qid: Qid
-    iounit: int = 0
+    __slots__ = ("tag", "qid", "iounit")
+
+    def __init__(self, tag: int, qid: Qid, iounit: int = 0) -> None:
+        a, b, c = self._SET
+        a(self, tag)
+        b(self, qid)
+        c(self, iounit)
 
 
-@_msg(C.Tcreate_T)
+@_message(C.Tcreate_T)
 class Tcreate(Message):
-    tag: int
-    fid: int
-    name: str
-    perm: int
-    mode: int
+    __slots__ = ("tag", "fid", "name", "perm", "mode")
+
+    def __init__(self, tag: int, fid: int, name: str, perm: int, mode: int) -> None:
+        a, b, c, d, e = self._SET
+        a(self, tag)
+        b(self, fid)
+        c(self, name)
+        d(self, perm)
+        e(self, mode)
 
 
-@_msg(C.Rcreate_T)
+@_message(C.Rcreate_T)
 class Rcreate(Message):
-    tag: int
-    qid: Qid
-    iounit: int = 0
+    __slots__ = ("tag", "qid", "iounit")
+
+    def __init__(self, tag: int, qid: Qid, iounit: int = 0) -> None:
+        a, b, c = self._SET
+        a(self, tag)
+        b(self, qid)
+        c(self, iounit)
 
 
-@_msg(C.Tread_T)
+@_message(C.Tread_T)
 class Tread(Message):
-    tag: int
-    fid: int
-    offset: int
-    count: int
+    __slots__ = ("tag", "fid", "offset", "count")
+
+    def __init__(self, tag: int, fid: int, offset: int, count: int) -> None:
+        a, b, c, d = self._SET
+        a(self, tag)
+        b(self, fid)
+        c(self, offset)
+        d(self, count)
 
 
-@_msg(C.Rread_T)
+@_message(C.Rread_T)
 class Rread(Message):
-    tag: int
-    data: bytes = b""
+    __slots__ = ("tag", "data")
+
+    def __init__(self, tag: int, data: bytes = b"") -> None:
+        a, b = self._SET
+        a(self, tag)
+        b(self, data)
 
 
-@_msg(C.Twrite_T)
+@_message(C.Twrite_T)
 class Twrite(Message):
-    tag: int
-    fid: int
-    offset: int
-    data: bytes = b""
+    __slots__ = ("tag", "fid", "offset", "data")
+
+    def __init__(self, tag: int, fid: int, offset: int, data: bytes = b"") -> None:
+        a, b, c, d = self._SET
+        a(self, tag)
+        b(self, fid)
+        c(self, offset)
+        d(self, data)
 
 
-@_msg(C.Rwrite_T)
+@_message(C.Rwrite_T)
 class Rwrite(Message):
-    tag: int
-    count: int
+    __slots__ = ("tag", "count")
+
+    def __init__(self, tag: int, count: int) -> None:
+        a, b = self._SET
+        a(self, tag)
+        b(self, count)
 
 
-@_msg(C.Tclunk_T)
+@_message(C.Tclunk_T)
 class Tclunk(Message):
-    tag: int
-    fid: int
+    __slots__ = ("tag", "fid")
+
+    def __init__(self, tag: int, fid: int) -> None:
+        a, b = self._SET
+        a(self, tag)
+        b(self, fid)
 
 
-@_msg(C.Rclunk_T)
+@_message(C.Rclunk_T)
 class Rclunk(Message):
-    tag: int
+    __slots__ = ("tag",)
+
+    def __init__(self, tag: int) -> None:
+        self._SET[0](self, tag)
 
 
-@_msg(C.Tremove_T)
+@_message(C.Tremove_T)
 class Tremove(Message):
-    tag: int
-    fid: int
+    __slots__ = ("tag", "fid")
+
+    def __init__(self, tag: int, fid: int) -> None:
+        a, b = self._SET
+        a(self, tag)
+        b(self, fid)
 
 
-@_msg(C.Rremove_T)
+@_message(C.Rremove_T)
 class Rremove(Message):
-    tag: int
+    __slots__ = ("tag",)
+
+    def __init__(self, tag: int) -> None:
+        self._SET[0](self, tag)
 
 
-@_msg(C.Tstat_T)
+@_message(C.Tstat_T)
 class Tstat(Message):
-    tag: int
-    fid: int
+    __slots__ = ("tag", "fid")
+
+    def __init__(self, tag: int, fid: int) -> None:
+        a, b = self._SET
+        a(self, tag)
+        b(self, fid)
 
 
-@_msg(C.Rstat_T)
+@_message(C.Rstat_T)
 class Rstat(Message):
-    tag: int
-    stat: Dir
+    __slots__ = ("tag", "stat")
+
+    def __init__(self, tag: int, stat: Dir) -> None:
+        a, b = self._SET
+        a(self, tag)
+        b(self, stat)
 
 
-@_msg(C.Twstat_T)
+@_message(C.Twstat_T)
 class Twstat(Message):
-    tag: int
-    fid: int
-    stat: Dir
+    __slots__ = ("tag", "fid", "stat")
+
+    def __init__(self, tag: int, fid: int, stat: Dir) -> None:
+        a, b, c = self._SET
+        a(self, tag)
+        b(self, fid)
+        c(self, stat)
 
 
-@_msg(C.Rwstat_T)
+@_message(C.Rwstat_T)
 class Rwstat(Message):
-    tag: int
+    __slots__ = ("tag",)
+
+    def __init__(self, tag: int) -> None:
+        self._SET[0](self, tag)
 
 
-__all__ = ["Qid", "Dir", "Message", "MESSAGES"] + [c.__name__ for c in MESSAGES.values()]
+__all__ = (["Qid", "Dir", "Message", "MESSAGES", "replace"]
+           + [c.__name__ for c in MESSAGES.values()])

@@ -132,3 +132,23 @@ def test_sigterm_is_graceful(tmp_path):
         if p.poll() is None:
             p.kill()
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.parametrize("argv", [
+    ["serve", "-a", "unix!/x", "--tools", "/t", "--max-conns", "5", "-D", "--allow-uid", "7"],
+    ["serve", "--help"], ["serve", "--bogus"], ["serve", "--msize", "x"], ["serve", "extra"],
+    ["ls", "-l", "x"], ["ls"], ["rdwr", "p", "d"], ["call", "a", "b"], ["sandbox", "nope"],
+    ["mount", "--help"], ["umount"], ["--help"], [], ["bogus"]], ids=" ".join)
+def test_one_verb_parser_parses_as_the_full_one(argv, capsys):
+    """main() builds only the verb's subcommand (start-up time); the result, the help
+    and every error must read exactly as the full parser's."""
+    from toolsrv.__main__ import build_parser, parse
+
+    def outcome(fn):
+        try:
+            got = vars(fn(argv))
+        except SystemExit as e:
+            got = f"exit {e.code}"
+        return got, capsys.readouterr()
+
+    assert outcome(parse) == outcome(lambda a: build_parser().parse_args(a))

@@ -5,18 +5,20 @@ test_codec_interop.py and test_fmt.py.
 """
 from __future__ import annotations
 
+import copy
+import inspect
+import pickle
 import struct
-from dataclasses import fields, replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from proto import (
-    DMDIR, MAXWELEM, MESSAGES, NOFID, NOTAG, QTDIR, Dir, ProtocolError, Qid, Rattach,
+    DMDIR, MAXWELEM, MESSAGES, NOFID, NOTAG, QTDIR, Dir, Message, ProtocolError, Qid, Rattach,
     Rauth, Rclunk, Rcreate, Rerror, Rflush, Ropen, Rread, Rremove, Rstat, Rversion,
     Rwalk, Rwrite, Rwstat, Tattach, Tauth, Tclunk, Tcreate, Tflush, Topen, Tread,
     Tremove, Tstat, Tversion, Twalk, Twrite, Twstat, decode, decode_dir, decode_dirs,
-    encode, encode_dir,
+    encode, encode_dir, replace,
 )
 from proto.codec import STATFIXLEN, dir_size
 from proto.fmt import format_msg, parse_msg
@@ -54,7 +56,8 @@ def messages(offset_max: int = U64, length_max: int = U64) -> st.SearchStrategy:
                 "Dir": dirs(length_max),
                 "tuple[str, ...]": st.lists(TEXT, max_size=MAXWELEM).map(tuple),
                 "tuple[Qid, ...]": st.lists(QIDS, max_size=MAXWELEM).map(tuple)}[typ]
-    return st.one_of([st.builds(cls, **{f.name: field(f.name, f.type) for f in fields(cls)})
+    return st.one_of([st.builds(cls, **{p.name: field(p.name, p.annotation)
+                                        for p in inspect.signature(cls).parameters.values()})
                       for cls in MESSAGES.values()])
 
 
@@ -86,6 +89,41 @@ SAMPLES = [
 
 def test_samples_cover_every_message() -> None:
     assert {type(m) for m in SAMPLES} == set(MESSAGES.values())
+
+
+@pytest.mark.parametrize("msg", SAMPLES + [Q, D, Dir(), Qid.NOTOUCH],
+                         ids=lambda m: type(m).__name__)
+def test_records_behave_as_frozen_dataclasses(msg) -> None:
+    """What the hand-written classes keep of the frozen dataclasses they replaced."""
+    cls, names = type(msg), type(msg).__slots__
+    values = [getattr(msg, n) for n in names]
+    assert cls(*values) == msg and cls(**dict(zip(names, values))) == msg
+    assert hash(cls(*values)) == hash(msg)
+    assert repr(msg) == f"{cls.__name__}({', '.join(f'{n}={v!r}' for n, v in zip(names, values))})"
+    assert cls.__match_args__ == names
+    for name in (*names, "other"):   # a non-field name raised TypeError with the dataclasses
+        with pytest.raises(AttributeError):           # dataclasses.FrozenInstanceError
+            setattr(msg, name, 1)
+        with pytest.raises(AttributeError):
+            delattr(msg, name)
+    assert [getattr(msg, n) for n in names] == values
+    assert copy.copy(msg) == msg and pickle.loads(pickle.dumps(msg)) == msg
+    assert replace(msg, **{names[-1]: values[-1]}) == msg
+    with pytest.raises(TypeError):
+        replace(msg, nonesuch=1)
+    assert not hasattr(msg, "__dict__")
+
+
+def test_records_equality_and_defaults() -> None:
+    assert Tclunk(1, 2) != Tremove(1, 2) and Tclunk(1, 2) != (1, 2)
+    assert Rflush(1) != Rclunk(1) and Rflush(1) == Rflush(1) != Rflush(2)
+    assert replace(Tread(1, 2, 3, 4), tag=9) == Tread(9, 2, 3, 4)
+    assert Twalk(1, 2, 3).wname == () and Rwalk(1).wqid == () and Rread(1).data == b""
+    assert Twrite(1, 2, 3).data == b"" and Ropen(1, Q).iounit == 0 == Rcreate(1, Q).iounit
+    assert Dir() == Dir(0, 0, Qid(0, 0, 0), 0, 0, 0, 0, "", "", "", "") and Qid() == Qid(0, 0, 0)
+    assert Dir.notouch(name="n") == replace(Dir.notouch(), name="n")
+    assert len({Qid(1, 2, 3), Qid(1, 2, 3), Qid(1, 2, 4)}) == 2
+    assert isinstance(Tread(1, 2, 3, 4), Message) and not isinstance(Qid(), Message)
 
 
 # ---------------------------------------------------------------- round trips

@@ -12,7 +12,6 @@ python-9p quirks this file works around (see test names):
 from __future__ import annotations
 
 import struct
-from dataclasses import fields
 
 import py9p
 import pytest
@@ -33,7 +32,7 @@ def to_py9p(v):
         return tuple(map(to_py9p, v))
     if isinstance(v, Dir) or type(v) in MESSAGES.values():
         cls = py9p.Dir if isinstance(v, Dir) else getattr(py9p, type(v).__name__)
-        return cls(**{f.name: to_py9p(getattr(v, f.name)) for f in fields(v)})
+        return cls(**{f: to_py9p(getattr(v, f)) for f in type(v).__slots__})
     return v
 
 
@@ -44,10 +43,10 @@ def from_py9p(v):
     if isinstance(v, tuple):
         return tuple(map(from_py9p, v))
     if isinstance(v, py9p.Dir):
-        return Dir(**{f.name: from_py9p(getattr(v, f.name)) for f in fields(Dir)})
+        return Dir(**{f: from_py9p(getattr(v, f)) for f in Dir.__slots__})
     if isinstance(v, py9p.Message):
         cls = MESSAGES[int(v.message_type)]
-        return cls(**{f.name: from_py9p(getattr(v, f.name)) for f in fields(cls)})
+        return cls(**{f: from_py9p(getattr(v, f)) for f in cls.__slots__})
     return v
 
 

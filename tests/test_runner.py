@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import sys
@@ -14,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
 from sandbox_support import LANDLOCK, NO_LANDLOCK, ROOT, Harness, profile_from  # noqa: E402
 
+from toolsrv.record import replace  # noqa: E402
 from toolsrv.sandbox import LandlockStatus  # noqa: E402
 
 pytestmark = pytest.mark.skipif(LANDLOCK.abi < 1, reason=NO_LANDLOCK)
@@ -130,7 +130,7 @@ def test_32_concurrent_runs(h: Harness) -> None:
 
 
 def test_timeout_from_profile_and_request(h: Harness) -> None:
-    slow = dataclasses.replace(h.default, timeout=7.0)
+    slow = replace(h.default, timeout=7.0)
     res = h.run(["/bin/true"], profile=slow)
     assert res.timeout_used == 7.0
     res = h.run(["/bin/true"], profile=slow, timeout=3.0)
@@ -162,7 +162,7 @@ def test_refuses_without_landlock_unless_best_effort(h: Harness) -> None:
         assert res.error == ("sandbox: landlock unavailable: landlock_create_ruleset: "
                              "Function not implemented")
         assert res.exit_code is None and res.stdout == b""
-        lax = dataclasses.replace(h.default, best_effort=True)
+        lax = replace(h.default, best_effort=True)
         res = h.run(["/bin/cat", str(h.secret)], profile=lax)
         assert res.error is None and res.stdout == b"secret\n"  # degraded: no Landlock at all
         res = h.run(["/bin/grep", "NoNewPrivs", "/proc/self/status"], profile=lax)
@@ -183,7 +183,7 @@ def test_older_abi_enforces_what_it_has(h: Harness) -> None:
         res = h.run(["/bin/true"], profile=tcp)
         assert res.error and "abi 4" in res.error
         [read] = h.probe({"op": "read", "path": str(h.secret)},
-                         profile=dataclasses.replace(tcp, best_effort=True))
+                         profile=replace(tcp, best_effort=True))
         assert read == {"ok": False, "errno": "EACCES"}
     finally:
         h.runner.status = real

@@ -77,3 +77,21 @@ def test_transcript(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
 
 def test_there_are_transcripts() -> None:
     assert len(FILES) >= 5
+
+
+def test_trace_shows_each_message_in_the_text_form(tmp_path: pathlib.Path) -> None:
+    """-D: one line per message each way, in proto.fmt's form (cut at 64 data bytes)."""
+    async def go() -> list[str]:
+        fs = make_fs(str(tmp_path), FakeRegistry(), revwait_timeout=5.0, runner=FakeRunner())
+        lines: list[str] = []
+        conn = Conn(fs, lambda r: None, ServerConfig(msize=8192 + 24, trace=lines.append), "c1")
+        for line in ("Tversion tag 65535 msize 8192 version 9P2000",
+                     "Tattach tag 1 fid 0 afid -1 uname u aname ''"):
+            conn.receive(parse_msg(line))
+        await _yield()
+        return lines
+    lines = asyncio.run(go())
+    assert lines[:3] == ["c1 <- Tversion tag 65535 msize 8192 version 9P2000",
+                         "c1 -> Rversion tag 65535 msize 8192 version 9P2000",
+                         "c1 <- Tattach tag 1 fid 0 afid -1 uname u aname ''"]
+    assert lines[3].startswith("c1 -> Rattach tag 1 qid (") and len(lines) == 4

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import stat as statmod
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from . import dial
 
@@ -26,10 +27,79 @@ def _addr_arg(p: argparse.ArgumentParser) -> None:
                    help="dial string (default unix!$NAMESPACE/toolsrv or $TOOLSRV_ADDR)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="toolsrv", description="a 9P2000 server of tools for agents")
+VERBS = ("serve", "ls", "read", "write", "rdwr", "stat", "mkdir", "rm", "call", "sandbox",
+         "approve", "mount", "umount")
+
+
+def build_parser(only: str | None = None,
+                 cls: type[argparse.ArgumentParser] = argparse.ArgumentParser
+                 ) -> argparse.ArgumentParser:
+    """The command's parser; with `only`, the subcommand of that verb alone (see parse)."""
+    ap = cls(prog="toolsrv", description="a 9P2000 server of tools for agents")
     sub = ap.add_subparsers(dest="verb", required=True)
-    s = sub.add_parser("serve", help="run the server")
+    if only in (None, "serve"):
+        _serve_parser(sub.add_parser("serve", help="run the server"))
+    for verb, helptext in [("ls", "list a directory"), ("read", "print a file"),
+                           ("write", "copy stdin to a file"),
+                           ("rdwr", "write DATA (or stdin), print what the same fid reads back"),
+                           ("stat", "print a file's stat"), ("mkdir", "make a session or agent"),
+                           ("rm", "remove a session or agent")]:
+        if only not in (None, verb):
+            continue
+        c = sub.add_parser(verb, help=helptext)
+        _addr_arg(c)
+        if verb == "ls":
+            c.add_argument("-l", dest="long", action="store_true")
+        c.add_argument("path")
+        if verb == "rdwr":
+            c.add_argument("data", nargs="?")
+    if only in (None, "call"):
+        c = sub.add_parser("call", help="call a tool: creates the session and agent, "
+                           "loads the tool")
+        _addr_arg(c)
+        for name in ("session", "agent", "tool", "json"):
+            c.add_argument(name)
+    if only in (None, "sandbox"):
+        sb = sub.add_parser("sandbox", help="sandbox profiles")
+        sb.add_argument("action", choices=["check"])
+        sb.add_argument("profile", nargs="?", default="default")
+    if only in (None, "approve"):
+        ap_ = sub.add_parser("approve", help="run the reference elevation broker")
+        ap_.add_argument("rest", nargs=argparse.REMAINDER)
+    if only in (None, "mount"):
+        m = sub.add_parser("mount", help="mount the running server with 9pfuse")
+        _addr_arg(m)
+        m.add_argument("mountpoint", nargs="?")
+    if only in (None, "umount"):
+        u = sub.add_parser("umount", help="unmount a 9pfuse mount")
+        u.add_argument("mountpoint", nargs="?")
+    return ap
+
+
+class _Retry(Exception):
+    """The one-verb parser met an error: the full parser words it (see parse)."""
+
+
+class _Trial(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _Retry
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """argv parsed by a parser of its verb's subcommand alone, when that succeeds: building
+    all thirteen costs about 10 ms (argparse looks up gettext translations for each piece),
+    a tenth of the server's start-up.  On any error the full parser parses again, so every
+    message (and the usage listing every verb) reads as it always has; --help prints the
+    subcommand's own help, the same in both."""
+    if argv and argv[0] in VERBS:
+        try:
+            return build_parser(argv[0], _Trial).parse_args(argv)
+        except _Retry:
+            pass
+    return build_parser().parse_args(argv)
+
+
+def _serve_parser(s: argparse.ArgumentParser) -> None:
     s.add_argument("-a", "--addr", action="append", default=[],
                    help="listen on this dial string (repeatable): unix!PATH or tcp!HOST!PORT")
     s.add_argument("--tools", help="tool search path, colon-separated (default: "
@@ -67,33 +137,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--mount", metavar="DIR", help="mount with 9pfuse on start, unmount on exit")
     s.add_argument("--uvloop", action="store_true",
                    help="run on uvloop (pip install 'toolsrv[fast]'; also TOOLSRV_UVLOOP=1)")
-    for verb, helptext in [("ls", "list a directory"), ("read", "print a file"),
-                           ("write", "copy stdin to a file"),
-                           ("rdwr", "write DATA (or stdin), print what the same fid reads back"),
-                           ("stat", "print a file's stat"), ("mkdir", "make a session or agent"),
-                           ("rm", "remove a session or agent")]:
-        c = sub.add_parser(verb, help=helptext)
-        _addr_arg(c)
-        if verb == "ls":
-            c.add_argument("-l", dest="long", action="store_true")
-        c.add_argument("path")
-        if verb == "rdwr":
-            c.add_argument("data", nargs="?")
-    c = sub.add_parser("call", help="call a tool: creates the session and agent, loads the tool")
-    _addr_arg(c)
-    for name in ("session", "agent", "tool", "json"):
-        c.add_argument(name)
-    sb = sub.add_parser("sandbox", help="sandbox profiles")
-    sb.add_argument("action", choices=["check"])
-    sb.add_argument("profile", nargs="?", default="default")
-    ap_ = sub.add_parser("approve", help="run the reference elevation broker")
-    ap_.add_argument("rest", nargs=argparse.REMAINDER)
-    m = sub.add_parser("mount", help="mount the running server with 9pfuse")
-    _addr_arg(m)
-    m.add_argument("mountpoint", nargs="?")
-    u = sub.add_parser("umount", help="unmount a 9pfuse mount")
-    u.add_argument("mountpoint", nargs="?")
-    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["approve"]:          # its own options: --allow TOOL..., -h
         from .elevation import approve_main
         return approve_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         if args.verb == "serve":
             return serve(args)
@@ -138,6 +181,10 @@ def serve_options(args: Any) -> Any:
 
 
 def serve(args: Any) -> int:
+    # No cyclic garbage collection while starting: what start-up allocates (modules,
+    # classes, the registry) lives on, and the collector's passes over it took 3-5 ms
+    # before the first request could be answered.  It resumes once started (below).
+    gc.disable()
     from .app import App
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="toolsrv: %(message)s")
@@ -150,6 +197,8 @@ def serve(args: Any) -> int:
         except Exception as e:
             print(f"toolsrv: {e}", file=sys.stderr)
             return 1
+        finally:
+            gc.enable()
         from .banner import banner
         print(banner(app), file=sys.stderr, flush=True)
         mounted = None
@@ -173,7 +222,10 @@ def serve(args: Any) -> int:
         return 0
 
     use_uvloop(args.uvloop or os.environ.get("TOOLSRV_UVLOOP", "") not in ("", "0"))
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    finally:
+        gc.enable()             # had start-up failed before run() could
 
 
 def use_uvloop(wanted: bool) -> None:

@@ -1,8 +1,12 @@
 """The server process: wires the registry, session store, runner and tree to
 listeners, and runs until SIGTERM/SIGINT.
 
-Start-up order: registry (initial scan, then watching), runner (the launcher
-starts before the server grows), session state restored, listeners opened.
+Start-up order: what answering 9P needs, then listeners opened, then what only
+tool calls need.  Runner made (its launcher process not started yet), registry
+(initial scan, then watching), session state restored, listeners opened; then
+the launcher started (calls arriving meanwhile wait for it), then jsonschema
+imported in a worker thread.  Imports not needed to answer the first request
+are deferred to where they are used (doc/performance.md, Launch).
 Shutdown is graceful: stop accepting, hang up connections (their calls are
 cancelled), kill every run, save state, remove the Unix socket, exit 0.
 
@@ -22,48 +26,62 @@ import shutil
 import signal
 import socket
 import sys
-from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from . import dial
 from .fs import ToolsrvFS
+from .record import Record, replace
 from .server import DEFAULT_MSIZE, ServerConfig
 from .sessions import SessionStore
 from .transport import Gate, NinePProtocol, Peer, listen
 
 log = logging.getLogger("toolsrv")
 
-REPO = Path(__file__).resolve().parents[1]
-BUNDLED_TOOLS = REPO / "data" / "tools"
+REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+BUNDLED_TOOLS = os.path.join(REPO, "data", "tools")
 
 
-@dataclass
-class Options:
-    addrs: list[str] = field(default_factory=list)   # dial strings; empty: the default
-    tools: list[str] | None = None                   # search path; None: env or defaults
-    state_dir: str | None = None
-    msize: int = DEFAULT_MSIZE
-    trace: bool = False
-    listen_any: bool = False
-    allow_uids: list[int] = field(default_factory=list)
-    revwait_timeout: float = 60.0
-    timeout: float = 30.0
-    max_runs: int = 16
-    run_as: str | None = "nobody"
-    persist: bool = True
-    auth_secret: str | None = None       # file holding the TCP shared secret
-    # limits (doc/reliability.md); each hit answers a clear Rerror
-    max_conns: int = 512                 # connections, server-wide
-    max_conns_per_peer: int = 256        # connections per uid (Unix) or host (TCP)
-    max_fids: int = 4096                 # per connection
-    max_inflight: int = 256              # outstanding requests per connection
-    max_held: int = 64 << 20             # bytes a connection's fids hold (partial writes, reads)
-    frame_timeout: float = 60.0          # a partial frame stalled this long closes its conn
-    max_sessions: int = 10000
-    max_agents: int = 256                # per session
-    max_queued: int = 1024               # calls waiting for a run slot, server-wide
-    max_args: int = 1 << 20              # bytes of one call's JSON args
+class Options(Record):
+    FIELDS = ("addrs", "tools", "state_dir", "msize", "trace", "listen_any", "allow_uids",
+              "revwait_timeout", "timeout", "max_runs", "run_as", "persist", "auth_secret",
+              "max_conns", "max_conns_per_peer", "max_fids", "max_inflight", "max_held",
+              "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args")
+
+    def __init__(self, addrs: list[str] | None = None, tools: list[str] | None = None,
+                 state_dir: str | None = None, msize: int = DEFAULT_MSIZE, trace: bool = False,
+                 listen_any: bool = False, allow_uids: list[int] | None = None,
+                 revwait_timeout: float = 60.0, timeout: float = 30.0, max_runs: int = 16,
+                 run_as: str | None = "nobody", persist: bool = True,
+                 auth_secret: str | None = None, max_conns: int = 512,
+                 max_conns_per_peer: int = 256, max_fids: int = 4096, max_inflight: int = 256,
+                 max_held: int = 64 << 20, frame_timeout: float = 60.0,
+                 max_sessions: int = 10000, max_agents: int = 256, max_queued: int = 1024,
+                 max_args: int = 1 << 20) -> None:
+        self.addrs: list[str] = [] if addrs is None else addrs  # dial strings; empty: default
+        self.tools = tools                  # search path; None: env or defaults
+        self.state_dir = state_dir
+        self.msize = msize
+        self.trace = trace
+        self.listen_any = listen_any
+        self.allow_uids: list[int] = [] if allow_uids is None else allow_uids
+        self.revwait_timeout = revwait_timeout
+        self.timeout = timeout
+        self.max_runs = max_runs
+        self.run_as = run_as
+        self.persist = persist
+        self.auth_secret = auth_secret      # file holding the TCP shared secret
+        # limits (doc/reliability.md); each hit answers a clear Rerror
+        self.max_conns = max_conns          # connections, server-wide
+        self.max_conns_per_peer = max_conns_per_peer   # per uid (Unix) or host (TCP)
+        self.max_fids = max_fids            # per connection
+        self.max_inflight = max_inflight    # outstanding requests per connection
+        self.max_held = max_held            # bytes a connection's fids hold (partial writes,
+                                            # reads)
+        self.frame_timeout = frame_timeout  # a partial frame stalled this long closes its conn
+        self.max_sessions = max_sessions
+        self.max_agents = max_agents        # per session
+        self.max_queued = max_queued        # calls waiting for a run slot, server-wide
+        self.max_args = max_args            # bytes of one call's JSON args
 
 
 def _warm_imports() -> None:
@@ -80,7 +98,7 @@ def default_tools_path() -> list[str]:
     env = os.environ.get("OLLIE_TOOLS_PATH")
     if env:
         return [p for p in env.split(":") if p]
-    return [os.path.expanduser("~/.config/ollie/tools"), str(BUNDLED_TOOLS)]
+    return [os.path.expanduser("~/.config/ollie/tools"), BUNDLED_TOOLS]
 
 
 def parent_pid(pid: int) -> int:
@@ -165,9 +183,6 @@ class App:
         raise_fd_limit()
         unix_config, tcp_config = self._configs()
         self.runner, tool_uid = self._make_runner()
-        # the launcher is a process of its own: let it start while we load the registry
-        runner_ready = (asyncio.ensure_future(self.runner.start())
-                        if self.runner is not None else None)
         self.registry = self._make_registry()
         await self.registry.start()
         state = (opts.state_dir or default_state_dir()) if opts.persist else None
@@ -193,10 +208,14 @@ class App:
                 self.unix_paths.append(a.path)
             elif a.port == 0 and srv.sockets:       # tcp!host!0: say the port we got
                 self.addrs[i] = dial.Addr("tcp", host=a.host, port=srv.sockets[0].getsockname()[1])
-        # serving already; load the call validator's library off the loop, before a call needs it
+        # Serving already.  Now the launcher (a process of its own: started sooner, it takes
+        # a CPU from the start-up on a busy machine); calls arriving meanwhile wait for it
+        # in Runner.run.  Then the call validator's library, off the loop, before a call
+        # needs it; not sooner: the import holds the GIL, and the first requests would
+        # wait for it (up to the 5 ms switch interval per reply).
+        if self.runner is not None:
+            await self.runner.start()
         asyncio.get_running_loop().run_in_executor(None, _warm_imports)
-        if runner_ready is not None:
-            await runner_ready          # calls arriving meanwhile wait for it in Runner.run
 
     async def internal_connection(self, session: str, agent: str) -> socket.socket:
         """A socket already connected to this server: what a tool under a profile with

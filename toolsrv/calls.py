@@ -20,11 +20,11 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import P9Error
 from .jsonargs import fit
+from .record import Plain
 from .sessions import Agent
 
 log = logging.getLogger("toolsrv.calls")
@@ -32,20 +32,27 @@ log = logging.getLogger("toolsrv.calls")
 MiB = 1 << 20
 
 
-@dataclass(eq=False)
-class Call:
-    tool: str
-    agent: Agent
-    args: dict
-    elevated: bool
-    state: str = "queued"          # queued running ok exit timeout killed invalid refused
-    result: Any = None             # the runner's RunResult
-    reason: str | None = None      # the Rerror a reader gets, None on success
-    started: float = field(default_factory=time.monotonic)
-    duration: float = 0.0
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    kill: asyncio.Event = field(default_factory=asyncio.Event)   # set: end the run, keep output
-    task: asyncio.Task | None = None
+class Call(Plain):
+    FIELDS = ("tool", "agent", "args", "elevated", "state", "result", "reason", "started",
+              "duration", "done", "kill", "task")
+
+    def __init__(self, tool: str, agent: Agent, args: dict, elevated: bool,
+                 state: str = "queued", result: Any = None, reason: str | None = None,
+                 started: float | None = None, duration: float = 0.0,
+                 done: asyncio.Event | None = None, kill: asyncio.Event | None = None,
+                 task: asyncio.Task | None = None) -> None:
+        self.tool = tool
+        self.agent = agent
+        self.args = args
+        self.elevated = elevated
+        self.state = state      # queued running ok exit timeout killed invalid refused
+        self.result = result    # the runner's RunResult
+        self.reason = reason    # the Rerror a reader gets, None on success
+        self.started = time.monotonic() if started is None else started
+        self.duration = duration
+        self.done = asyncio.Event() if done is None else done
+        self.kill = asyncio.Event() if kill is None else kill   # set: end the run, keep output
+        self.task = task
 
     @property
     def stdout(self) -> bytes:

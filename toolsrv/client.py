@@ -18,7 +18,7 @@ from typing import Any
 from proto import (
     DMDIR, IOHDRSZ, MAXWELEM, NOFID, NOTAG, OREAD, ORDWR, OTRUNC, OWRITE, Dir, Framer, Rerror,
     Tattach, Tauth, Tclunk, Tcreate, Topen, Tread, Tremove, Tstat, Tversion, Twalk, Twrite,
-    Twstat, decode_dirs, encode,
+    Twstat, decode_dirs, encode, replace,
 )
 
 from . import dial
@@ -184,7 +184,6 @@ class Client:
 
     def rpc(self, msg: Any) -> Any:
         """Send `msg` (its tag is replaced) and wait for the reply."""
-        from dataclasses import replace
         return self.wait(*self.send(lambda tag: replace(msg, tag=tag)))
 
     # -- fids --

@@ -7,21 +7,22 @@ The default address is unix!$NAMESPACE/toolsrv, where $NAMESPACE defaults to
 """
 from __future__ import annotations
 
-import getpass
-import ipaddress
 import os
 import stat
-from dataclasses import dataclass
+
+from .record import Frozen, setfield
 
 SERVICE = "toolsrv"
 
 
-@dataclass(frozen=True)
-class Addr:
-    kind: str            # "unix" or "tcp"
-    path: str = ""
-    host: str = ""
-    port: int = 0
+class Addr(Frozen):
+    FIELDS = ("kind", "path", "host", "port")
+
+    def __init__(self, kind: str, path: str = "", host: str = "", port: int = 0) -> None:
+        setfield(self, "kind", kind)            # "unix" or "tcp"
+        setfield(self, "path", path)
+        setfield(self, "host", host)
+        setfield(self, "port", port)
 
     def __str__(self) -> str:
         return f"unix!{self.path}" if self.kind == "unix" else f"tcp!{self.host}!{self.port}"
@@ -31,6 +32,7 @@ class Addr:
             return True
         if self.host == "localhost":
             return True
+        import ipaddress     # here: only TCP listeners need it
         try:
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:
@@ -62,7 +64,11 @@ def namespace(env: dict[str, str] | None = None) -> str:
     env = dict(os.environ) if env is None else env
     if env.get("NAMESPACE"):
         return env["NAMESPACE"]
-    user = env.get("USER") or getpass.getuser()
+    if env.get("USER"):
+        user = env["USER"]
+    else:
+        import getpass
+        user = getpass.getuser()
     display = env.get("DISPLAY") or ":0"
     if display.endswith(".0"):
         display = display[:-2]

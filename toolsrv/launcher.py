@@ -27,12 +27,11 @@ import select
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 MAX_PACKET = 1 << 20
 CHUNK = 65536  # pipe read/write size: bounds what one callback holds
 MAX_FIXED = 32  # fixed path lists sent once and then named by reference
-_ROOT = str(Path(__file__).resolve().parents[1])
+_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _BOOT = "import sys; sys.path.insert(0, sys.argv[4]); from toolsrv.zygote import main; " \
         "main(sys.argv[1:4])"
 

@@ -30,8 +30,9 @@ import os
 import re
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
+
+from .record import Frozen, Record, setfield
 
 MAX_META_BYTES = 1 << 20
 TIERS = ("hot", "warm", "cold")
@@ -49,20 +50,26 @@ class MetaError(ValueError):
     """A `.meta` file is unusable; str(err) is the reason shown in tools/errors."""
 
 
-@dataclass(frozen=True)
-class Variant:
+class Variant(Frozen):
     """One entry of `variants`: conditions (key -> alternatives, ORed) and the fields it sets."""
-    match: dict[str, tuple[str, ...]]
-    fields: dict[str, Any]
-    extra: dict[str, Any]
+    FIELDS = ("match", "fields", "extra")
+
+    def __init__(self, match: dict[str, tuple[str, ...]], fields: dict[str, Any],
+                 extra: dict[str, Any]) -> None:
+        setfield(self, "match", match)
+        setfield(self, "fields", fields)
+        setfield(self, "extra", extra)
 
 
-@dataclass(frozen=True)
-class MetaDef:
+class MetaDef(Frozen):
     """A checked `.meta`: known top-level fields, unknown ones, and its variants."""
-    fields: dict[str, Any]
-    extra: dict[str, Any] = field(default_factory=dict)
-    variants: tuple[Variant, ...] = ()
+    FIELDS = ("fields", "extra", "variants")
+
+    def __init__(self, fields: dict[str, Any], extra: dict[str, Any] | None = None,
+                 variants: tuple[Variant, ...] = ()) -> None:
+        setfield(self, "fields", fields)
+        setfield(self, "extra", {} if extra is None else extra)
+        setfield(self, "variants", variants)
 
     def effective(self, index: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
         """(fields, extra) with variant `index` applied: its fields override, unset ones
@@ -252,13 +259,15 @@ def _no_constant(name: str) -> None:
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)
 
 
-@dataclass
-class MetaFile:
+class MetaFile(Record):
     """One .meta as last read: its stat key (mtime_ns, size, inode) and its MetaDef, or
     None and the reason."""
-    key: tuple[int, int, int]
-    meta: MetaDef | None
-    error: str = ""
+    FIELDS = ("key", "meta", "error")
+
+    def __init__(self, key: tuple[int, int, int], meta: MetaDef | None, error: str = "") -> None:
+        self.key = key
+        self.meta = meta
+        self.error = error
 
 
 def read_meta(path: str, st: os.stat_result) -> MetaFile:

@@ -33,10 +33,10 @@ import os
 import stat
 import types
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 from .metafile import MetaDef, MetaFile, read_meta
 from .names import check_name, valid_name
+from .record import Record
 from .resolve import Command, Tool, make_tool, one_line, resolve
 from .variants import Host, choose
 from .watch import Follower
@@ -47,12 +47,15 @@ _NO_DEPS: frozenset[Probe] = frozenset()
 __all__ = ["Command", "Registry", "Tool", "default_paths"]
 
 
-@dataclass
-class _Entry:
-    tool: Tool | None
-    errors: tuple[tuple[str, str], ...]
-    meta: MetaDef | None = None
-    deps: frozenset[Probe] = _NO_DEPS
+class _Entry(Record):
+    FIELDS = ("tool", "errors", "meta", "deps")
+
+    def __init__(self, tool: Tool | None, errors: tuple[tuple[str, str], ...],
+                 meta: MetaDef | None = None, deps: frozenset[Probe] = _NO_DEPS) -> None:
+        self.tool = tool
+        self.errors = errors
+        self.meta = meta
+        self.deps = deps
 
 
 def default_paths(env: Mapping[str, str]) -> list[str]:

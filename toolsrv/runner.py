@@ -25,15 +25,14 @@ import os
 import pwd
 import shutil
 import stat
-import tempfile
 import time
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
 from typing import Any
 
 from toolsrv import landlock
 from toolsrv.elevation import request_approval
 from toolsrv.launcher import Collector, Feeder, Launcher, LauncherDied, LaunchHandle
+from toolsrv.record import Record
 from toolsrv.sandbox import Policy, Profile, landlock_status, missing_parts, placeholder_values
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -41,55 +40,73 @@ DEFAULT_RLIMITS = {"as": 8 << 30, "fsize": 1 << 30, "nofile": 4096, "core": 0, "
 DRAIN_GRACE = 2.0  # seconds to reach EOF on the pipes after the run has ended or been killed
 
 
-@dataclass
-class RunnerConfig:
+class RunnerConfig(Record):
     """Server-wide settings of the runner; a profile's general.timeout overrides timeout.
 
     rlimits: name -> value (soft = hard) among cpu, as, fsize, nofile, core, nproc, data,
     stack, memlock.  Without "cpu", each run gets ceil(timeout) + 1 CPU seconds."""
+    FIELDS = ("timeout", "stdout_cap", "stderr_cap", "run_as", "rlimits", "tmp_base",
+              "approval_timeout", "bypass_socket", "namespaces")
 
-    timeout: float = 30.0
-    stdout_cap: int = 10 * 2**20
-    stderr_cap: int = 10 * 2**20
-    run_as: str | int | None = "nobody"  # used only when the server runs as root
-    rlimits: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_RLIMITS))
-    tmp_base: str | None = None  # per-call dirs go here; default: default_tmp_base()
-    approval_timeout: float = 60.0  # no answer from the broker in time means no
-    bypass_socket: str | None = None  # used when the request's env has no OLLIE_BYPASS_SOCKET
-    namespaces: bool = True  # PID/network namespaces where the kernel allows; False: groups
+    def __init__(self, timeout: float = 30.0, stdout_cap: int = 10 * 2**20,
+                 stderr_cap: int = 10 * 2**20, run_as: str | int | None = "nobody",
+                 rlimits: dict[str, int] | None = None, tmp_base: str | None = None,
+                 approval_timeout: float = 60.0, bypass_socket: str | None = None,
+                 namespaces: bool = True) -> None:
+        self.timeout = timeout
+        self.stdout_cap = stdout_cap
+        self.stderr_cap = stderr_cap
+        self.run_as = run_as            # used only when the server runs as root
+        self.rlimits: dict[str, int] = dict(DEFAULT_RLIMITS) if rlimits is None else rlimits
+        self.tmp_base = tmp_base        # per-call dirs go here; default: default_tmp_base()
+        self.approval_timeout = approval_timeout    # no answer from the broker in time means no
+        self.bypass_socket = bypass_socket  # used when the request's env has none
+                                            # (OLLIE_BYPASS_SOCKET)
+        self.namespaces = namespaces    # PID/network namespaces where the kernel allows;
+                                        # False: process groups
 
 
-@dataclass
-class RunRequest:
+class RunRequest(Record):
     """One tool call: the resolved command and everything it runs with."""
+    FIELDS = ("argv", "stdin", "cwd", "env", "profile", "tool_dir", "timeout", "elevated",
+              "context", "kill", "extra_fds")
 
-    argv: list[str]
-    stdin: bytes
-    cwd: str
-    env: dict[str, str]
-    profile: Profile
-    tool_dir: str | None = None
-    timeout: float | None = None
-    elevated: bool = False
-    context: dict = field(default_factory=dict)
-    kill: asyncio.Event | None = None   # set: kill the run, keep what it printed (cancelled)
-    extra_fds: tuple[int, ...] = ()     # given to the tool as fds 3, 4, ... (caller keeps them)
+    def __init__(self, argv: list[str], stdin: bytes, cwd: str, env: dict[str, str],
+                 profile: Profile, tool_dir: str | None = None, timeout: float | None = None,
+                 elevated: bool = False, context: dict | None = None,
+                 kill: asyncio.Event | None = None, extra_fds: tuple[int, ...] = ()) -> None:
+        self.argv = argv
+        self.stdin = stdin
+        self.cwd = cwd
+        self.env = env
+        self.profile = profile
+        self.tool_dir = tool_dir
+        self.timeout = timeout
+        self.elevated = elevated
+        self.context: dict = {} if context is None else context
+        self.kill = kill                # set: kill the run, keep what it printed (cancelled)
+        self.extra_fds = extra_fds      # given to the tool as fds 3, 4, ... (caller keeps them)
 
 
-@dataclass
-class RunResult:
+class RunResult(Record):
     """How a run ended. error is set when it was refused or could not be launched."""
+    FIELDS = ("stdout", "stderr", "exit_code", "signal", "timed_out", "cancelled", "truncated",
+              "duration", "error", "timeout_used")
 
-    stdout: bytes = b""
-    stderr: bytes = b""
-    exit_code: int | None = None
-    signal: int | None = None
-    timed_out: bool = False
-    cancelled: bool = False
-    truncated: str | None = None
-    duration: float = 0.0  # seconds from launch (after any approval) to the end
-    error: str | None = None
-    timeout_used: float = 0.0
+    def __init__(self, stdout: bytes = b"", stderr: bytes = b"", exit_code: int | None = None,
+                 signal: int | None = None, timed_out: bool = False, cancelled: bool = False,
+                 truncated: str | None = None, duration: float = 0.0, error: str | None = None,
+                 timeout_used: float = 0.0) -> None:
+        self.stdout = stdout
+        self.stderr = stderr
+        self.exit_code = exit_code
+        self.signal = signal
+        self.timed_out = timed_out
+        self.cancelled = cancelled
+        self.truncated = truncated
+        self.duration = duration        # seconds from launch (after any approval) to the end
+        self.error = error
+        self.timeout_used = timeout_used
 
 
 class Runner:
@@ -320,6 +337,7 @@ def default_tmp_base() -> str:
     for d in (os.environ.get("XDG_RUNTIME_DIR"), "/dev/shm"):
         if d and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK) and _on_tmpfs(d):
             return os.path.join(d, f"toolsrv-{os.geteuid()}")
+    import tempfile
     return os.path.join(tempfile.gettempdir(), f"toolsrv-{os.geteuid()}")
 
 
@@ -333,7 +351,7 @@ class _Scratch:
 
     def __init__(self, base: str | None, owner: tuple[int, int] | None, ahead: int = 8,
                  inline: bool | None = None) -> None:
-        self.base = base or default_tmp_base()
+        self._base = base
         self.owner, self.ahead = owner, ahead
         self.ready: collections.deque[str] = collections.deque()
         self.filling = False
@@ -357,6 +375,14 @@ class _Scratch:
         self.inline = _on_tmpfs(self.base) if self._inline is None else self._inline
         self._checked = True
         self._sweep()
+
+    @property
+    def base(self) -> str:
+        """Where the directories go: the given base, else default_tmp_base(), found on
+        first use (nothing of it is needed to start serving)."""
+        if not self._base:
+            self._base = default_tmp_base()
+        return self._base
 
     def _make(self) -> str:
         self._check()

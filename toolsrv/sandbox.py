@@ -17,13 +17,15 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 from toolsrv import landlock
+from toolsrv.record import Frozen, setfield
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PLACEHOLDERS = ("CWD", "HOME", "TMPDIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
                 "XDG_CACHE_HOME", "XDG_RUNTIME_DIR", "TOOLS")
@@ -42,35 +44,48 @@ class ProfileError(Exception):
     """A profile cannot be used; the message names the key, placeholder, path or name."""
 
 
-@dataclass(frozen=True)
-class Policy:
+class Policy(Frozen):
     """A profile resolved for one call: concrete paths, environment, network rules."""
+    FIELDS = ("paths", "env", "network", "bind_tcp", "connect_tcp", "best_effort", "skipped",
+              "fixed")
 
-    paths: tuple[tuple[str, str], ...]  # (absolute path, access key: ro/rox/rw/rwx)
-    env: dict[str, str]
-    network: str  # "none", "tcp" (only the listed ports) or "unrestricted"
-    bind_tcp: tuple[int, ...]
-    connect_tcp: tuple[int, ...]
-    best_effort: bool
-    skipped: tuple[str, ...] = ()  # paths dropped because a placeholder was unset
-    fixed: int = 0  # the first `fixed` paths have no placeholder: the same in every call
+    def __init__(self, paths: tuple[tuple[str, str], ...], env: dict[str, str], network: str,
+                 bind_tcp: tuple[int, ...], connect_tcp: tuple[int, ...], best_effort: bool,
+                 skipped: tuple[str, ...] = (), fixed: int = 0) -> None:
+        setfield(self, "paths", paths)      # (absolute path, access key: ro/rox/rw/rwx)
+        setfield(self, "env", env)
+        setfield(self, "network", network)  # "none", "tcp" (listed ports only), "unrestricted"
+        setfield(self, "bind_tcp", bind_tcp)
+        setfield(self, "connect_tcp", connect_tcp)
+        setfield(self, "best_effort", best_effort)
+        setfield(self, "skipped", skipped)  # paths dropped because a placeholder was unset
+        setfield(self, "fixed", fixed)      # the first `fixed` paths have no placeholder:
+                                            # the same in every call
 
 
-@dataclass(frozen=True)
-class Profile:
+class Profile(Frozen):
     """A validated sandbox profile; paths and env values may still hold placeholders."""
+    FIELDS = ("name", "source", "filesystem", "env", "unrestricted_network", "network_enabled",
+              "bind_tcp", "connect_tcp", "best_effort", "timeout", "toolsrv")
 
-    name: str
-    source: str | None = None
-    filesystem: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    env: tuple[str, ...] = ()  # "NAME" (passed through) or "NAME=value" (set)
-    unrestricted_network: bool = False
-    network_enabled: bool = False
-    bind_tcp: tuple[int, ...] = ()
-    connect_tcp: tuple[int, ...] = ()
-    best_effort: bool = False
-    timeout: float | None = None
-    toolsrv: bool = False  # the tool gets a 9P connection to this server on fd 3
+    def __init__(self, name: str, source: str | None = None,
+                 filesystem: Mapping[str, tuple[str, ...]] | None = None,
+                 env: tuple[str, ...] = (), unrestricted_network: bool = False,
+                 network_enabled: bool = False, bind_tcp: tuple[int, ...] = (),
+                 connect_tcp: tuple[int, ...] = (), best_effort: bool = False,
+                 timeout: float | None = None, toolsrv: bool = False) -> None:
+        setfield(self, "name", name)
+        setfield(self, "source", source)
+        setfield(self, "filesystem", {} if filesystem is None else filesystem)
+        setfield(self, "env", env)          # "NAME" (passed through) or "NAME=value" (set)
+        setfield(self, "unrestricted_network", unrestricted_network)
+        setfield(self, "network_enabled", network_enabled)
+        setfield(self, "bind_tcp", bind_tcp)
+        setfield(self, "connect_tcp", connect_tcp)
+        setfield(self, "best_effort", best_effort)
+        setfield(self, "timeout", timeout)
+        setfield(self, "toolsrv", toolsrv)  # the tool gets a 9P connection to this server
+                                            # on fd 3
 
     @cached_property
     def _split_paths(self) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
@@ -115,6 +130,11 @@ class Profile:
                       self.best_effort, tuple(skipped), len(static))
 
 
+def _home() -> str:
+    from pathlib import Path      # here: pathlib is not needed at start-up
+    return str(Path.home())
+
+
 def _substitute(text: str, values: Mapping[str, str | None]) -> str | None:
     missing = False
 
@@ -134,7 +154,7 @@ def placeholder_values(cwd: str, tmpdir: str | None, tools: str | None,
                        environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
     """The placeholder table for one call; XDG variables get their spec defaults."""
     environ = os.environ if environ is None else environ
-    home = environ.get("HOME") or str(Path.home())
+    home = environ.get("HOME") or _home()
 
     def xdg(name: str, default: str | None) -> str | None:
         value = environ.get(name, "")
@@ -244,10 +264,11 @@ _user_dir = [None, ""]
 
 
 def default_shipped_dir() -> Path:
-    return Path(__file__).resolve().parents[1] / "sandbox"
+    from pathlib import Path
+    return Path(_SHIPPED)
 
 
-_SHIPPED = default_shipped_dir()
+_SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "sandbox")
 
 
 def load_profile(name: str, *, user_dir: Path | None = None,
@@ -278,12 +299,13 @@ def _load_file(path: str, name: str, _mtime: int, _size: int) -> Profile:
         raise ProfileError(f"profile {name}: {e}") from None
 
 
-@dataclass(frozen=True)
-class LandlockStatus:
+class LandlockStatus(Frozen):
     """What this kernel's Landlock can enforce; str() is a one-line log summary."""
+    FIELDS = ("abi", "reason")
 
-    abi: int
-    reason: str | None = None  # why Landlock is unavailable
+    def __init__(self, abi: int, reason: str | None = None) -> None:
+        setfield(self, "abi", abi)
+        setfield(self, "reason", reason)    # why Landlock is unavailable
 
     @property
     def filesystem(self) -> bool:

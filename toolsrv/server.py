@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from proto import (
@@ -32,13 +31,14 @@ from proto import (
     ORDWR, OREAD, OTRUNC, OWRITE, Qid, Rattach, Rauth, Rclunk, Rcreate, Rerror, Rflush, Ropen,
     Rread, Rremove, Rstat, Rversion, Rwalk, Rwrite, Rwstat, Tattach, Tauth, Tclunk,
     Tcreate, Tflush, Topen, Tread, Tremove, Tstat, Tversion, Twalk, Twrite, Twstat,
-    encode_dir, format_msg,
+    encode_dir,
 )
 
 from . import errors as E
 from .errors import P9Error
 from .fid import Fid
 from .names import valid_name
+from .record import Record
 from .tree import Node
 
 log = logging.getLogger("toolsrv.server")
@@ -60,6 +60,12 @@ def _valid_name(name: str) -> bool:
     return ok
 
 
+
+def _text(m: Any) -> str:
+    """A message's line in the -D trace."""
+    from proto.fmt import format_msg    # here: only -D needs it, not start-up
+    return format_msg(m, maxdata=64)
+
 class Later:
     """A handler's answer that needs waiting: `post(await aw)` is the reply."""
     __slots__ = ("aw", "post")
@@ -68,16 +74,20 @@ class Later:
         self.aw, self.post = aw, post
 
 
-@dataclass
-class ServerConfig:
-    msize: int = DEFAULT_MSIZE      # largest msize the server agrees to
-    max_fids: int = 4096            # per connection
-    max_inflight: int = 256         # outstanding requests per connection
-    max_held: int = 64 << 20        # bytes a connection's fids hold: unfinished writes, snapshots
-    trace: Callable[[str], None] | None = None   # -D: one line per message
-    auth: Any = None                # an auth.Authenticator: Tattach needs a proven afid
-    guard: Callable[[Node, str], None] | None = None   # scopes a connection: raises P9Error
-                                                       # for ("walk"|"write"|"create"|"remove")
+class ServerConfig(Record):
+    FIELDS = ("msize", "max_fids", "max_inflight", "max_held", "trace", "auth", "guard")
+
+    def __init__(self, msize: int = DEFAULT_MSIZE, max_fids: int = 4096, max_inflight: int = 256,
+                 max_held: int = 64 << 20, trace: Callable[[str], None] | None = None,
+                 auth: Any = None, guard: Callable[[Node, str], None] | None = None) -> None:
+        self.msize = msize                  # largest msize the server agrees to
+        self.max_fids = max_fids            # per connection
+        self.max_inflight = max_inflight    # outstanding requests per connection
+        self.max_held = max_held    # bytes a connection's fids hold: unfinished writes, snapshots
+        self.trace = trace          # -D: one line per message
+        self.auth = auth            # an auth.Authenticator: Tattach needs a proven afid
+        self.guard = guard          # scopes a connection: raises P9Error
+                                    # for ("walk"|"write"|"create"|"remove")
 
 
 class Conn:
@@ -109,7 +119,7 @@ class Conn:
         """Handle one decoded message; the reply is sent now or by a task later."""
         trace = self.config.trace
         if trace:
-            trace(f"{self.name} <- {format_msg(m, maxdata=64)}")
+            trace(f"{self.name} <- {_text(m)}")
         if type(m) is Tversion:
             return self._version(m)
         tag = m.tag
@@ -175,7 +185,7 @@ class Conn:
         if self.closed:
             return
         if self.config.trace:
-            self.config.trace(f"{self.name} -> {format_msg(r, maxdata=64)}")
+            self.config.trace(f"{self.name} -> {_text(r)}")
         self.send(r)
 
     # -- lifecycle --

@@ -29,12 +29,12 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import errors as E
 from .errors import P9Error
 from .names import valid_name
+from .record import Plain
 
 log = logging.getLogger("toolsrv.sessions")
 
@@ -52,15 +52,19 @@ def _stamp() -> str:
     return _last_stamp[1]
 
 
-@dataclass(eq=False)
-class Agent:
-    name: str
-    session: "Session"
-    serial: int = field(default_factory=lambda: next(_serials))
-    loaded: list[str] = field(default_factory=list)
-    log: bytearray = field(default_factory=bytearray)    # newline-ended lines, oldest first
-    extra: dict[str, Any] = field(default_factory=dict)   # per-tool call state (toolfile.py)
-    alive: bool = True
+class Agent(Plain):
+    FIELDS = ("name", "session", "serial", "loaded", "log", "extra", "alive")
+
+    def __init__(self, name: str, session: Session, serial: int | None = None,
+                 loaded: list[str] | None = None, log: bytearray | None = None,
+                 extra: dict[str, Any] | None = None, alive: bool = True) -> None:
+        self.name = name
+        self.session = session
+        self.serial = next(_serials) if serial is None else serial
+        self.loaded: list[str] = [] if loaded is None else loaded
+        self.log = bytearray() if log is None else log   # newline-ended lines, oldest first
+        self.extra: dict[str, Any] = {} if extra is None else extra  # per-tool call state
+        self.alive = alive                                             # (toolfile.py)
 
     def note(self, line: str) -> None:
         """Append one line to the agent's log, stamped with the time (at most
@@ -75,16 +79,19 @@ class Agent:
             del buf[:buf.index(b"\n", over - 1) + 1]
 
 
+class Session(Plain):
+    FIELDS = ("name", "cwd", "sandbox", "private_cwd", "serial", "agents", "alive")
 
-@dataclass(eq=False)
-class Session:
-    name: str
-    cwd: str
-    sandbox: str = "default"
-    private_cwd: bool = True
-    serial: int = field(default_factory=lambda: next(_serials))
-    agents: dict[str, Agent] = field(default_factory=dict)
-    alive: bool = True
+    def __init__(self, name: str, cwd: str, sandbox: str = "default", private_cwd: bool = True,
+                 serial: int | None = None, agents: dict[str, Agent] | None = None,
+                 alive: bool = True) -> None:
+        self.name = name
+        self.cwd = cwd
+        self.sandbox = sandbox
+        self.private_cwd = private_cwd
+        self.serial = next(_serials) if serial is None else serial
+        self.agents: dict[str, Agent] = {} if agents is None else agents
+        self.alive = alive
 
 
 class SessionStore:

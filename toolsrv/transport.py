@@ -32,13 +32,13 @@ import logging
 import os
 import socket
 import struct
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from proto import Framer, ProtocolError, Rerror, encode
 
 from .dial import Addr, ensure_private_dir
 from .errors import P9Error
+from .record import Record
 from .server import Conn, ServerConfig
 
 log = logging.getLogger("toolsrv.transport")
@@ -48,13 +48,16 @@ FLUSH_AT = 64 * 1024      # join replies into writes of about this size
 REFUSED_LINGER = 5.0      # seconds a refused client has to send its first request
 
 
-@dataclass
-class Peer:
+class Peer(Record):
     """Who is on the other end: uid and pid (Unix sockets) or host (TCP)."""
-    kind: str
-    uid: int | None = None
-    pid: int | None = None
-    host: str | None = None
+    FIELDS = ("kind", "uid", "pid", "host")
+
+    def __init__(self, kind: str, uid: int | None = None, pid: int | None = None,
+                 host: str | None = None) -> None:
+        self.kind = kind
+        self.uid = uid
+        self.pid = pid
+        self.host = host
 
     @property
     def key(self) -> str:
@@ -80,14 +83,18 @@ def identify(transport: Any) -> Peer:
     return Peer("tcp", host=str(peer[0]) if peer else "?")
 
 
-@dataclass
-class Gate:
+class Gate(Record):
     """Admission control shared by every listener of one server."""
-    max_conns: int = 512
-    max_conns_per_peer: int = 256
-    peer_check: Callable[[Peer], str | None] | None = None
-    counts: dict[str, int] = field(default_factory=dict)
-    total: int = 0
+    FIELDS = ("max_conns", "max_conns_per_peer", "peer_check", "counts", "total")
+
+    def __init__(self, max_conns: int = 512, max_conns_per_peer: int = 256,
+                 peer_check: Callable[[Peer], str | None] | None = None,
+                 counts: dict[str, int] | None = None, total: int = 0) -> None:
+        self.max_conns = max_conns
+        self.max_conns_per_peer = max_conns_per_peer
+        self.peer_check = peer_check
+        self.counts: dict[str, int] = {} if counts is None else counts
+        self.total = total
 
     def admit(self, peer: Peer) -> str | None:
         """None and count the connection in, or the Rerror string refusing it."""

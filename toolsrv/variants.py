@@ -15,7 +15,6 @@ so `tools/errors` says exactly why a tool is hidden on this host.
 from __future__ import annotations
 
 import os
-import platform
 import stat
 import struct
 import sys
@@ -42,7 +41,11 @@ def go_os() -> str:
 
 def go_arch() -> str:
     """This process's architecture under Go's GOARCH name (amd64, arm64, 386, arm, ...)."""
-    m = platform.machine().lower()
+    if hasattr(os, "uname"):        # what platform.machine() returns here, without importing
+        m = os.uname().machine.lower()   # platform (its regexes cost start-up time)
+    else:
+        import platform
+        m = platform.machine().lower()
     arch = "arm" if m.startswith("arm") and m != "arm64" else _GOARCH.get(m, m)
     if struct.calcsize("P") == 4:  # a 32-bit interpreter on a 64-bit kernel
         arch = {"amd64": "386", "arm64": "arm"}.get(arch, arch)
