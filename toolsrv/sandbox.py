@@ -136,18 +136,29 @@ def _home() -> str:
 
 
 def _substitute(text: str, values: Mapping[str, str | None]) -> str | None:
-    missing = False
+    """text with each {NAME} filled from values; None when one of them is unset."""
+    parts = _TEMPLATES.get(text)
+    if parts is None:      # split once per distinct text: this runs for every call
+        if len(_TEMPLATES) > 4096:
+            _TEMPLATES.clear()
+        parts, pos = [], 0
+        for m in _PLACEHOLDER_RE.finditer(text):
+            parts.append((text[pos:m.start()], m.group(1)))
+            pos = m.end()
+        parts.append((text[pos:], None))
+        parts = _TEMPLATES[text] = tuple(parts)
+    out = []
+    for literal, name in parts:
+        out.append(literal)
+        if name is not None:
+            value = values.get(name)
+            if value is None:
+                return None
+            out.append(value)
+    return "".join(out)
 
-    def fill(m: re.Match[str]) -> str:
-        nonlocal missing
-        value = values.get(m.group(1))
-        if value is None:
-            missing = True
-            return ""
-        return value
 
-    out = _PLACEHOLDER_RE.sub(fill, text)
-    return None if missing else out
+_TEMPLATES: dict[str, tuple[tuple[str, str | None], ...]] = {}
 
 
 def placeholder_values(cwd: str, tmpdir: str | None, tools: str | None,
