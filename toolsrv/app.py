@@ -6,7 +6,7 @@ tool calls need.  Runner made (its launcher process not started yet), registry
 (initial scan, then watching), session state restored, listeners opened; then
 the launcher started (calls arriving meanwhile wait for it), then jsonschema
 imported in a worker thread.  Imports not needed to answer the first request
-are deferred to where they are used (doc/performance.md, Launch).
+are deferred to where they are used (doc/performance.md, Start-up).
 Shutdown is graceful: stop accepting, hang up connections (their calls are
 cancelled), kill every run, save state, remove the Unix socket, exit 0.
 

@@ -2,7 +2,7 @@
 
 Theory of operation.  Making a dataclass execs generated code (__init__, __repr__, __eq__,
 ...) at import time: 1-2 ms a class, 20-50 ms for the 21 the server imported at start-up,
-a third of toolsrv's own import time (doc/performance.md, Launch).  These classes are
+a third of toolsrv's own import time (doc/performance.md, Start-up).  These classes are
 written out by hand instead.  Each names its fields, in order, in FIELDS, and writes its
 own __init__ taking them in that order, positionally or by keyword, with the defaults the
 dataclass had; a field whose dataclass default was a factory (a fresh list, dict, Event,
