@@ -86,3 +86,21 @@ def test_no_state_leaves_no_private_directories():
         a.cleanup()
         shutil.rmtree(d, ignore_errors=True)
     assert not os.path.exists(private)
+
+
+def test_private_directory_of_an_earlier_server_with_our_pid_is_not_reused(tmp_path,
+                                                                          monkeypatch):
+    """Session directories are <name>.<pid>.<serial>: a server that had our pid before
+    (as root, pids are reused) may have left some behind; creation takes the next name."""
+    import itertools
+    from toolsrv import sessions
+    monkeypatch.setattr(sessions, "_serials", itertools.count(1))
+    work = tmp_path / "work"
+    work.mkdir()
+    for n in (1, 2, 3):
+        (work / f"s.{os.getpid()}.{n}").mkdir()
+        (work / f"s.{os.getpid()}.{n}" / "theirs").write_text("x")
+    store = sessions.SessionStore(None, str(work))
+    s = store.create("s")
+    assert s.cwd == str(work / f"s.{os.getpid()}.4") and os.listdir(s.cwd) == []
+    assert all((work / f"s.{os.getpid()}.{n}" / "theirs").exists() for n in (1, 2, 3))

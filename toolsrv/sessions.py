@@ -23,6 +23,7 @@ to `state.json.corrupt-<time>` and reported, never silently dropped.
 """
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import logging
@@ -200,10 +201,17 @@ class SessionStore:
 
     # -- private working directories --
     def _make_private_cwd(self, name: str) -> str:
-        path = os.path.join(self.work_dir, f"{name}.{os.getpid()}.{next(_serials)}")
         try:
             os.makedirs(self.work_dir, mode=0o711, exist_ok=True)
-            os.mkdir(path, 0o700)
+            for _ in range(100):   # a directory of an earlier server with our pid: next name
+                path = os.path.join(self.work_dir, f"{name}.{os.getpid()}.{next(_serials)}")
+                try:
+                    os.mkdir(path, 0o700)
+                    break
+                except FileExistsError:
+                    continue
+            else:
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST))
             if self.tool_uid is not None:
                 os.chown(path, *self.tool_uid)
         except OSError as e:
