@@ -204,7 +204,8 @@ def _tcp_app(tools, path: str) -> AppThread:
     return a.start()
 
 
-def test_tcp_with_secret_requires_tauth(tools):
+def test_tcp_with_secret_requires_tauth(tools, caplog):
+    caplog.set_level(logging.WARNING, logger="toolsrv")
     tmp = tempfile.mkdtemp(prefix="sec.", dir="/tmp")
     path = secret_file(tmp)
     app = _tcp_app(tools, path)
@@ -215,6 +216,10 @@ def test_tcp_with_secret_requires_tauth(tools):
             Client.connect(addr)
         with pytest.raises(ClientError, match="permission denied: authentication failed"):
             Client.connect(addr, secret=b"not-the-secret-at-all")
+        refused = [r.getMessage() for r in caplog.records if " refused: " in r.getMessage()]
+        assert len(refused) == 2 and "attach refused: uname 'root'" in refused[0] \
+            and "authentication required" in refused[0] and "auth refused: uname 'root'" \
+            in refused[1] and "wrong answer" in refused[1], refused   # turned away, and logged
         with Client.connect(addr, secret=auth.load_secret(path), uname="alice") as c:
             assert c.read("revision").strip().isdigit()
         os.environ["TOOLSRV_SECRET_FILE"] = path            # what the CLI verbs use

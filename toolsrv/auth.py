@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import itertools
+import logging
 import os
 import stat
 from typing import Any
@@ -31,6 +32,8 @@ from proto import QTAUTH, Qid
 
 from .errors import P9Error
 from .tree import Node
+
+log = logging.getLogger("toolsrv.auth")
 
 SCHEME = "toolsrv-hmac-sha256"
 MIN_SECRET = 16
@@ -100,6 +103,8 @@ class AuthFile(Node):
             return len(data)
         if not hmac.compare_digest(text, self.expected.encode()):
             self.got = b""
+            log.warning("auth refused: uname %r aname %r: wrong answer to the challenge",
+                        self.uname, self.aname)
             raise P9Error(EAUTHFAIL)
         self.proven = True
         return len(data)

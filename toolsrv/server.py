@@ -260,10 +260,15 @@ class Conn:
 
     def _attach(self, m: Tattach) -> Rattach:
         self._newfid(m.fid)
-        if self.config.auth is not None:
-            self.config.auth.check(self.fids.get(m.afid), m.uname, m.aname)
-        elif m.afid != NOFID:
-            raise P9Error(E.ENOAUTH)
+        try:
+            if self.config.auth is not None:
+                self.config.auth.check(self.fids.get(m.afid), m.uname, m.aname)
+            elif m.afid != NOFID:
+                raise P9Error(E.ENOAUTH)
+        except P9Error as e:   # who was turned away, and why, is worth a line in the log
+            log.warning("%s: attach refused: uname %r aname %r: %s", self.name, m.uname,
+                        m.aname, e.ename)
+            raise
         node = self.fs.attach(m.uname, m.aname, self)
         self.unames.add(m.uname)
         self.fids[m.fid] = Fid(m.fid, node, uname=m.uname)
