@@ -384,3 +384,30 @@ def test_cancel_keeps_what_the_run_printed(srv):
         assert read(c, a + "/tools/chatty/status").startswith(b"killed ")
         assert not _procs("63.5")
         assert "interrupted: cancelled" in read(c, a + "/log").decode()
+
+
+def test_client_rdwr_stops_at_a_short_read_and_reads_on_after_a_full_one(capfd):
+    """toolsrv.client's rdwr: a first read shorter than asked is the whole answer (no
+    second Tread); a full one is followed by reads to end of file, and nothing is lost."""
+    from toolsrv.client import Client as TsClient
+    from proto import IOHDRSZ
+    d = tools_dir()
+    add_tool(d, "small", "#!/bin/sh\nexec cat\n", {"readOnly": True})
+    add_tool(d, "big", "#!/bin/sh\nexec head -c 50000 /dev/zero\n", {"readOnly": True})
+    app = AppThread([d], trace=True).start()
+    try:
+        with TsClient.connect(app.addr, msize=8192 + IOHDRSZ) as c:
+            c.mkdir("session/s")
+            c.mkdir("session/s/agent/a")
+            c.rdwr("session/s/agent/a/ctl", b"tool_load small big")
+            capfd.readouterr()
+            assert c.rdwr("session/s/agent/a/tools/small/call", b'{"x": 1}') == b'{"x": 1}'
+            treads = capfd.readouterr().err.count("<- Tread")
+            assert treads == 1, treads
+            out = c.rdwr("session/s/agent/a/tools/big/call", b"{}")
+            treads = capfd.readouterr().err.count("<- Tread")
+            assert out == b"\0" * 50000
+            assert treads == 50000 // 8192 + 2, treads   # 6 full, 1 short, 1 empty
+    finally:
+        app.stop()
+        app.cleanup()

@@ -270,7 +270,9 @@ class Client:
         """Write data, then read the answer back on the same fid, until end of file.
 
         Twalk, Topen, Twrite and the first Tread go out in one write and are answered in
-        one round trip instead of four; then reads to end of file and the clunk.  This
+        one round trip instead of four; then the clunk.  A first read shorter than asked is
+        the whole answer (toolsrv's files are snapshots: a read comes back short only at
+        the end, toolsrv(4)); a full one is followed by reads to end of file.  This
         relies on toolsrv handling one connection's requests in order and on its writes
         finishing on the Twrite (DESIGN.md: every action fails or succeeds there), so the
         Tread sees the write's effect.  A path deeper than 16 names or data longer than one
@@ -296,8 +298,8 @@ class Client:
             if wrote.count < len(data):        # a short write: finish it, read afresh
                 self.write_fid(fid, data[wrote.count:], wrote.count)
                 return self.read_fid(fid)
-            if not read.data:
-                return b""
+            if len(read.data) < chunk:   # a short read is the whole answer (toolsrv(4))
+                return read.data
             return read.data + self.read_fid(fid, len(read.data))
         finally:
             self.clunk(fid)
