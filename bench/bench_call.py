@@ -254,7 +254,8 @@ async def run(opts: object, tools: str) -> list[dict]:
                         "" if wu is not None else NO_UVLOOP))
         rows.append(row(B, "toolsrv.client Client.rdwr (pipelined)", "ms", L["cli"],
                         "Client rdwr, one RPC at a time", L["cli_step"], "informative", None,
-                        "the threaded client of the CLI: 3 round trips instead of 6"))
+                        "the threaded client of the CLI and client_9p: 2 round trips instead "
+                        "of 6 (a short first read is the whole answer)"))
         if mcp is not None:
             rows.append(row(B, "sandboxed sh echo call (rdwr)", "ms", L["real"],
                             "MCP stdio echo_sh, unsandboxed", L["mcp_sh"], "<= 1.0x",
