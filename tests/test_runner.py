@@ -218,3 +218,18 @@ def test_scratch_directories_both_ways(tmp_path: Path, inline: bool) -> None:
 
     asyncio.run(go())
     assert default_tmp_base().endswith(f"/toolsrv-{os.geteuid()}")
+
+
+def test_default_tmp_base_is_an_executable_tmpfs_or_the_tempdir(monkeypatch, tmp_path):
+    import tempfile
+    from toolsrv import runner
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    parent = os.path.dirname(runner.default_tmp_base())
+    if runner._on_tmpfs(str(tmp_path)):          # /tmp is a tmpfs here: $XDG_RUNTIME_DIR wins
+        assert parent == str(tmp_path)
+    elif parent == "/dev/shm":
+        assert runner._on_tmpfs(parent) and not os.statvfs(parent).f_flag & os.ST_NOEXEC
+    else:
+        assert parent == tempfile.gettempdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "relative/not/used")
+    assert os.path.dirname(runner.default_tmp_base()) in ("/dev/shm", tempfile.gettempdir())

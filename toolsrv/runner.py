@@ -333,9 +333,11 @@ def _on_tmpfs(path: str) -> bool:
 
 def default_tmp_base() -> str:
     """Where per-call directories go: a tmpfs when the system has one we may use
-    ($XDG_RUNTIME_DIR, else /dev/shm), else the temporary directory."""
+    ($XDG_RUNTIME_DIR, else /dev/shm) and that lets programs run from it (profiles grant
+    execute in {TMPDIR}), else the temporary directory."""
     for d in (os.environ.get("XDG_RUNTIME_DIR"), "/dev/shm"):
-        if d and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK) and _on_tmpfs(d):
+        if d and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK) and _on_tmpfs(d) \
+                and not os.statvfs(d).f_flag & (os.ST_NOEXEC | os.ST_RDONLY):
             return os.path.join(d, f"toolsrv-{os.geteuid()}")
     import tempfile
     return os.path.join(tempfile.gettempdir(), f"toolsrv-{os.geteuid()}")
