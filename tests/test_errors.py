@@ -44,3 +44,37 @@ def test_long_errors_are_cut_to_errmax():
     e = E.P9Error("exit 1: " + "x" * 500)
     assert len(e.ename.encode()) < E.ERRMAX and e.ename.endswith("...")
     assert "\n" not in E.P9Error("a\nb").ename
+
+
+def test_control_characters_from_clients_are_escaped_so_every_error_encodes():
+    """The long fuzz found it: a cwd or ctl word with a NUL became an Rerror that could
+    not be encoded (a 9P string holds no NUL).  Every control character is written out."""
+    from proto import Rerror, encode
+    for raw in ("cwd: no such directory: /\0x", 'invalid command "tool_lo\0ad"', "a\x01b\x7f"):
+        e = E.P9Error(raw)
+        assert e.ename.isprintable() and "\0" not in e.ename, e.ename
+        encode(Rerror(1, e.ename))
+    assert E.P9Error("cwd: no such directory: /\0x").ename == "cwd: no such directory: /\\x00x"
+    assert E.P9Error("é ok").ename == "é ok"
+
+
+def test_a_reply_that_cannot_be_encoded_becomes_an_internal_error(caplog):
+    """Defence in depth behind the escaping above: the client gets an answer for its tag,
+    the log gets the reason, the connection lives on."""
+    from proto import Rerror, decode
+    from toolsrv.transport import NinePProtocol
+
+    class Transport:
+        out: list = []
+
+        def write(self, data: bytes) -> None:
+            self.out.append(data)
+
+        def is_closing(self) -> bool:
+            return False
+
+    p = NinePProtocol.__new__(NinePProtocol)
+    p.batch, p.transport, p.conn = None, Transport(), None
+    p._send(Rerror(3, "bad\0"))
+    assert decode(p.transport.out[0])[0] == Rerror(3, E.EINTERNAL)
+    assert "reply cannot be encoded" in caplog.text

@@ -417,3 +417,11 @@ def test_zz_report_counts(capsys) -> None:
     with capsys.disabled():
         print(f"\nfuzz_server inputs: {COUNTS}")
     assert sum(COUNTS.values()) > 0
+
+
+def test_found_by_the_long_fuzz_nul_in_a_cwd_or_ctl_word() -> None:
+    """A NUL written to cwd or ctl once made an Rerror that could not be encoded."""
+    seq = list(SETUP)
+    for path, data in [(("session", "s", "cwd"), b"/\0x"), (AGENT + ("ctl",), b"tool_lo\0ad x")]:
+        seq += [Twalk(0, 0, 1, path), Topen(0, 1, 2), Twrite(0, 1, 0, data), Tclunk(0, 1)]
+    check(seq)

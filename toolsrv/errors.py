@@ -19,6 +19,8 @@ class P9Error(Exception):
 
     def __init__(self, ename: str) -> None:
         ename = " ".join(str(ename).split())  # one line, no control chars
+        if not ename.isprintable():   # NUL cannot be sent at all (a 9P string holds none)
+            ename = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in ename)
         if len(ename.encode()) >= ERRMAX:
             ename = ename.encode()[: ERRMAX - 4].decode("utf-8", "ignore") + "..."
         super().__init__(ename)

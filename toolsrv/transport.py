@@ -37,7 +37,7 @@ from typing import Any, Callable
 from proto import Framer, ProtocolError, Rerror, encode
 
 from .dial import Addr, ensure_private_dir
-from .errors import P9Error
+from .errors import EINTERNAL, P9Error
 from .record import Record
 from .server import Conn, ServerConfig
 
@@ -155,11 +155,18 @@ class NinePProtocol(asyncio.Protocol):
         self.conns.add(self)
         log.info("%s: connected: %s", name, self.peer)
 
+    def conn_name(self) -> str:
+        return self.conn.name if self.conn is not None else "?"
+
     def _set_msize(self, msize: int) -> None:
         self.framer.msize = msize
 
     def _send(self, msg: Any) -> None:
-        data = encode(msg)
+        try:
+            data = encode(msg)
+        except (ValueError, TypeError):   # a bug of ours: the client still gets an answer
+            log.exception("%s: reply cannot be encoded: %.200r", self.conn_name(), msg)
+            data = encode(Rerror(msg.tag, EINTERNAL))
         if self.batch is not None:
             self.batch.append(data)
             self.batch_bytes += len(data)
