@@ -25,6 +25,7 @@ import os
 import pwd
 import shutil
 import stat
+import threading
 import time
 from collections.abc import Coroutine
 from typing import Any
@@ -362,21 +363,27 @@ class _Scratch:
         self._names = itertools.count(1)
         self._inline = inline        # None: decided by the base's filesystem (_check)
         self.inline = False
+        self._check_lock = threading.Lock()
 
     def _check(self) -> None:
+        """Once, before the first directory, in whichever thread gets there first (a
+        worker filling ahead, or the loop): the base is ours, the leftovers are swept."""
         if self._checked:
             return
-        try:
-            os.mkdir(self.base, 0o711)
-        except FileExistsError:
-            pass
-        st = os.lstat(self.base)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-            raise OSError(f"{self.base} is not a directory owned by us")
-        os.chmod(self.base, 0o711)
-        self.inline = _on_tmpfs(self.base) if self._inline is None else self._inline
-        self._checked = True
-        self._sweep()
+        with self._check_lock:
+            if self._checked:
+                return
+            try:
+                os.mkdir(self.base, 0o711)
+            except FileExistsError:
+                pass
+            st = os.lstat(self.base)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                raise OSError(f"{self.base} is not a directory owned by us")
+            os.chmod(self.base, 0o711)
+            self._sweep()
+            self.inline = _on_tmpfs(self.base) if self._inline is None else self._inline
+            self._checked = True
 
     @property
     def base(self) -> str:
