@@ -103,7 +103,7 @@ def make_fs(tmp: str, registry: Any = None, revwait_timeout: float = 5.0,
         from toolsrv.toolfile import Calls
         app = SimpleNamespace(registry=fs.registry, store=store, runner=runner,
                               opts=SimpleNamespace(max_runs=4), addrs=[])
-        fs.agent_entries = Calls(app).agent_entries
+        fs.agent_files = Calls(app)
     return fs
 
 

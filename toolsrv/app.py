@@ -261,8 +261,7 @@ class App:
         except ImportError:
             return
         self.calls = Calls(self)
-        self.fs.agent_entries = self.calls.agent_entries
-        self.fs.agent_entry = self.calls.agent_entry
+        self.fs.agent_files = self.calls
 
     def _trace(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)

@@ -4,8 +4,9 @@
     /session/<id>/{cwd,sandbox,agent/<name>/...}
 
 Every node is built on demand from the registry and the session store; the
-agent directory's contents come from `agent_entries` (and a walk's one entry
-from `agent_entry`), hooks filled in by the call-file layer (toolfile.py).  Qid keys name what a node stands for, so
+agent directory's contents come from `agent_files`, a hook filled in by the
+call-file layer (toolfile.py's Calls: its NAMES, and `entry` to build one).  Qid
+keys name what a node stands for, so
 a session's keys carry its serial and a re-created session gets new paths.
 
 Files inside a session answer Tremove with success and no effect, so that
@@ -16,14 +17,14 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from proto import DMDIR
 
 from . import errors as E
 from .errors import P9Error
 from .sessions import Agent, Session, SessionStore
-from .tree import Dir_, Node, Qids, TextFile, snapshot_read
+from .tree import Dir_, FixedDir, Node, Qids, TextFile, snapshot_read
 
 log = logging.getLogger("toolsrv.fs")
 VALUE_MAX = 4096   # bytes of a cwd or sandbox value (PATH_MAX)
@@ -33,12 +34,11 @@ class ToolsrvFS:
     """Builds the tree and answers Tattach with its root."""
 
     def __init__(self, registry: Any, store: SessionStore, *, revwait_timeout: float = 60.0,
-                 agent_entries: Callable[["AgentDir"], Iterable[Node]] | None = None) -> None:
+                 agent_files: Any = None) -> None:
         self.registry = registry
         self.store = store
         self.revwait_timeout = revwait_timeout
-        self.agent_entries = agent_entries
-        self.agent_entry: Callable[["AgentDir", str], Node | None] | None = None  # one, by name
+        self.agent_files = agent_files   # .NAMES, .entry(agent dir, name, qid path) -> Node
         self.qids = Qids()
         self.attaches: list[tuple[str, str, str]] = []
         r = self.root = Dir_("/", self.qids.path(("root",)), None, self._root_entries)
@@ -170,8 +170,9 @@ class SessionRoot(Dir_):
         return self._node(self.fs.store.create(name))
 
 
-class SessionDir(Dir_):
+class SessionDir(FixedDir):
     perm = 0o777
+    NAMES = ("cwd", "sandbox", "agent")
 
     def __init__(self, s: Session, qpath: int, parent: Node, fs: ToolsrvFS) -> None:
         super().__init__(s.name, qpath, parent)
@@ -184,22 +185,18 @@ class SessionDir(Dir_):
         self.fs.store.remove(self.s.name)
         self.fs.qids.forget(("session", self.s.name, self.s.serial))
 
-    def children(self) -> list[Node]:
-        return [self._child(n) for n in ("cwd", "sandbox", "agent")]
+    def paths(self) -> list[int]:
+        s = self.s
+        return [self.fs.q("session", s.name, s.serial, n) for n in self.NAMES]
 
-    def lookup(self, name: str) -> Node | None:
-        return self._child(name) if name in ("cwd", "sandbox", "agent") else None
-
-    def _child(self, name: str) -> Node:
+    def make(self, name: str, qpath: int) -> Node:
         s, st = self.s, self.fs.store
-        # every entry's path, in listing order: paths come out the same whichever is walked
-        q = [self.fs.q("session", s.name, s.serial, n) for n in ("cwd", "sandbox", "agent")][
-            ("cwd", "sandbox", "agent").index(name)]
         if name == "agent":
-            return AgentRoot("agent", q, self, self.fs)
+            return AgentRoot("agent", qpath, self, self.fs)
         if name == "cwd":
-            return ValueFile("cwd", q, self, lambda: s.cwd, lambda v: st.set_cwd(s, v))
-        return ValueFile("sandbox", q, self, lambda: s.sandbox, lambda v: st.set_sandbox(s, v))
+            return ValueFile("cwd", qpath, self, lambda: s.cwd, lambda v: st.set_cwd(s, v))
+        return ValueFile("sandbox", qpath, self, lambda: s.sandbox,
+                         lambda v: st.set_sandbox(s, v))
 
 
 class AgentRoot(Dir_):
@@ -232,12 +229,14 @@ class AgentRoot(Dir_):
         return self._node(self.fs.store.create_agent(self.s, name))
 
 
-class AgentDir(Dir_):
+class AgentDir(FixedDir):
     perm = 0o777
 
     def __init__(self, a: Agent, qpath: int, parent: AgentRoot, fs: ToolsrvFS) -> None:
         super().__init__(a.name, qpath, parent)
         self.a, self.fs = a, fs
+        files = fs.agent_files
+        self.NAMES = files.NAMES if files is not None else ()
 
     def key(self, *rest: Any) -> int:
         """The qid path of one of the agent's files; remembered by the agent, so a walk
@@ -259,12 +258,11 @@ class AgentDir(Dir_):
     def remove(self) -> None:
         self.fs.store.remove_agent(self.a.session, self.a.name)
 
-    def children(self) -> Iterable[Node]:
-        return self.fs.agent_entries(self) if self.fs.agent_entries else ()
+    def paths(self) -> list[int]:
+        return [self.key(n) for n in self.NAMES]
 
-    def lookup(self, name: str) -> Node | None:
-        one = self.fs.agent_entry
-        return one(self, name) if one is not None else super().lookup(name)
+    def make(self, name: str, qpath: int) -> Node:
+        return self.fs.agent_files.entry(self, name, qpath)
 
 
 class ValueFile(Node):

@@ -137,18 +137,8 @@ def _home() -> str:
 
 def _substitute(text: str, values: Mapping[str, str | None]) -> str | None:
     """text with each {NAME} filled from values; None when one of them is unset."""
-    parts = _TEMPLATES.get(text)
-    if parts is None:      # split once per distinct text: this runs for every call
-        if len(_TEMPLATES) > 4096:
-            _TEMPLATES.clear()
-        parts, pos = [], 0
-        for m in _PLACEHOLDER_RE.finditer(text):
-            parts.append((text[pos:m.start()], m.group(1)))
-            pos = m.end()
-        parts.append((text[pos:], None))
-        parts = _TEMPLATES[text] = tuple(parts)
     out = []
-    for literal, name in parts:
+    for literal, name in _template(text):
         out.append(literal)
         if name is not None:
             value = values.get(name)
@@ -158,7 +148,15 @@ def _substitute(text: str, values: Mapping[str, str | None]) -> str | None:
     return "".join(out)
 
 
-_TEMPLATES: dict[str, tuple[tuple[str, str | None], ...]] = {}
+@lru_cache(maxsize=4096)
+def _template(text: str) -> tuple[tuple[str, str | None], ...]:
+    """text split into (literal, placeholder name or None) once: this runs for every call."""
+    parts, pos = [], 0
+    for m in _PLACEHOLDER_RE.finditer(text):
+        parts.append((text[pos:m.start()], m.group(1)))
+        pos = m.end()
+    parts.append((text[pos:], None))
+    return tuple(parts)
 
 
 def placeholder_values(cwd: str, tmpdir: str | None, tools: str | None,
@@ -265,13 +263,12 @@ def parse_profile(data: Any, name: str, source: str | None = None) -> Profile:
 
 
 def default_user_dir() -> str:
-    home = os.environ.get("HOME", "")
-    if home != _user_dir[0]:   # looked up on every call: keep it to a dict lookup
-        _user_dir[:] = home, os.path.join(os.path.expanduser("~"), ".config", "ollie", "sandbox")
-    return _user_dir[1]
+    return _user_dir_for(os.environ.get("HOME", ""))   # on every call: a cache lookup
 
 
-_user_dir = [None, ""]
+@lru_cache(maxsize=4)
+def _user_dir_for(home: str) -> str:
+    return os.path.join(os.path.expanduser("~"), ".config", "ollie", "sandbox")
 
 
 def default_shipped_dir() -> Path:

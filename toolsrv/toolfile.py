@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Iterable
+from typing import Any
 
 from . import ctl
 from .calls import Call, Scheduler, invalid_call
@@ -20,7 +20,7 @@ from .errors import P9Error
 from .fs import AgentDir, json_text
 from .jsonargs import fit, json_state, take_elevated, validate
 from .sessions import Agent
-from .tree import Dir_, Node, TextFile, snapshot_read, stream_read
+from .tree import Dir_, FixedDir, Node, TextFile, snapshot_read, stream_read
 
 CHUNK_WAIT = 4096   # a line this long without a newline may continue in the next Twrite
 MAX_ARGS = 1 << 20  # bytes of JSON args one call may write (default of --max-args)
@@ -40,26 +40,20 @@ class Calls:
         self.max_args = getattr(app.opts, "max_args", MAX_ARGS)
         self.store.on_remove_agent.append(lambda a: self.sched.kill(a))
 
-    def agent_entries(self, d: AgentDir) -> Iterable[Node]:
-        return [self._agent_entry(d, n) for n in AGENT_FILES]
+    NAMES = ("ctl", "log", "schemas", "tools")   # an agent's files (fs.AgentDir)
 
-    def agent_entry(self, d: AgentDir, name: str) -> Node | None:
-        return self._agent_entry(d, name) if name in AGENT_FILES else None
-
-    def _agent_entry(self, d: AgentDir, name: str) -> Node:
+    def entry(self, d: AgentDir, name: str, q: int) -> Node:
+        """The agent file `name`, with qid path q."""
         a = d.a
-        if "qpaths" not in a.extra:   # paths in listing order, whichever entry comes first
-            for n in AGENT_FILES:
-                d.key(n)
         if name == "tools":
-            return AgentToolsDir("tools", d.key("tools"), d, lambda td: self._tool_dirs(td, d),
+            return AgentToolsDir("tools", q, d, lambda td: self._tool_dirs(td, d),
                                  lambda td, n: self._tool_dir(td, d, n))
         if name == "ctl":
-            return CtlFile("ctl", d.key("ctl"), d, self, a)
+            return CtlFile("ctl", q, d, self, a)
         if name == "log":
-            return TextFile("log", d.key("log"), d, lambda: bytes(a.log),
+            return TextFile("log", q, d, lambda: bytes(a.log),
                             append=True, quiet_remove=True)
-        return TextFile("schemas", d.key("schemas"), d, lambda: json_text(self.schemas(a)),
+        return TextFile("schemas", q, d, lambda: json_text(self.schemas(a)),
                         quiet_remove=True)
 
     def _tool_dirs(self, td: Dir_, d: AgentDir) -> list[Node]:
@@ -142,7 +136,6 @@ def _short(args: Any) -> str:
     return s if len(s) <= 200 else s[:197] + "..."
 
 
-AGENT_FILES = ("ctl", "log", "schemas", "tools")
 TOOL_FILES = ("call", "out", "err", "status")
 
 
@@ -185,28 +178,26 @@ class CtlFile(Node):
         return None
 
 
-class ToolCallDir(Dir_):
+class ToolCallDir(FixedDir):
     """agent/<name>/tools/<tool>/: present while the tool is loaded and in the registry."""
+
+    NAMES = TOOL_FILES
 
     def __init__(self, name: str, qpath: int, parent: Node, calls: Calls, a: Agent,
                  d: AgentDir) -> None:
         super().__init__(name, qpath, parent)
         self.calls, self.a = calls, a
         self.tool = name
-        self._q = [d.key("tool", name, n) for n in TOOL_FILES]   # in listing order
+        self._q = [d.key("tool", name, n) for n in TOOL_FILES]
 
     def alive(self) -> bool:
         return (self.a.alive and self.tool in self.a.loaded
                 and self.calls.registry.get(self.tool) is not None)
 
-    def children(self) -> list[Node]:
-        return [self._child(n) for n in TOOL_FILES]
+    def paths(self) -> list[int]:
+        return self._q
 
-    def lookup(self, name: str) -> Node | None:
-        return self._child(name) if name in TOOL_FILES else None
-
-    def _child(self, name: str) -> Node:
-        q = self._q[TOOL_FILES.index(name)]
+    def make(self, name: str, q: int) -> Node:
         if name == "call":
             return CallFile("call", q, self)
         if name == "status":

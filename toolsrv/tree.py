@@ -8,7 +8,9 @@ file* is its qid path, which `Qids` derives from a key naming what the node
 stands for (("tool", name, "meta"), ("session", id, serial), ...).  A key
 keeps its path for the life of the server; a re-created session has a new
 serial and therefore new paths.  No path is ever 0 (9pfuse would make it
-inode 0, which directory listings hide).
+inode 0, which directory listings hide).  A directory with fixed entry names
+(`FixedDir`: a session, an agent, a loaded tool) builds only the entry a walk
+names, and allocates its entries' paths in listing order.
 
 Handlers may return a value or an awaitable; the server awaits the latter in
 a task of its own, so a blocking read never stalls the connection.  Errors
@@ -134,6 +136,30 @@ class Dir_(Node):
 
     def children(self) -> Iterable[Node]:
         return self._entries(self) if self._entries else ()
+
+
+class FixedDir(Dir_):
+    """A directory whose entries have fixed names (NAMES, in listing order).
+
+    A walk builds only the entry it names.  Subclasses give each name's qid path
+    (`paths()`, all of them at once, so paths are allocated in listing order whichever
+    entry is walked first) and build an entry from its name and path (`make`)."""
+
+    NAMES: tuple[str, ...] = ()
+
+    def paths(self) -> list[int]:
+        raise NotImplementedError
+
+    def make(self, name: str, qpath: int) -> Node:
+        raise NotImplementedError
+
+    def children(self) -> list[Node]:
+        return [self.make(n, q) for n, q in zip(self.NAMES, self.paths())]
+
+    def lookup(self, name: str) -> Node | None:
+        if name not in self.NAMES:
+            return None
+        return self.make(name, self.paths()[self.NAMES.index(name)])
 
 
 class TextFile(Node):
