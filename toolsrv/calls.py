@@ -20,11 +20,13 @@ import json
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .errors import P9Error
 from .jsonargs import fit
 from .record import Plain
+from .runner import RunRequest
+from .sandbox import load_profile
 from .sessions import Agent
 
 log = logging.getLogger("toolsrv.calls")
@@ -34,13 +36,13 @@ MiB = 1 << 20
 
 class Call(Plain):
     FIELDS = ("tool", "agent", "args", "elevated", "state", "result", "reason", "started",
-              "duration", "done", "kill", "task")
+              "duration", "done", "kill", "task", "stdin")
 
     def __init__(self, tool: str, agent: Agent, args: dict, elevated: bool,
                  state: str = "queued", result: Any = None, reason: str | None = None,
                  started: float | None = None, duration: float = 0.0,
                  done: asyncio.Event | None = None, kill: asyncio.Event | None = None,
-                 task: asyncio.Task | None = None) -> None:
+                 task: asyncio.Task | None = None, stdin: bytes | None = None) -> None:
         self.tool = tool
         self.agent = agent
         self.args = args
@@ -53,6 +55,8 @@ class Call(Plain):
         self.done = asyncio.Event() if done is None else done
         self.kill = asyncio.Event() if kill is None else kill   # set: end the run, keep output
         self.task = task
+        self.stdin = stdin      # the args as the tool reads them; None: made from args
+        self.waiters: list[Callable[[], None]] = []   # called once the call has ended
 
     @property
     def stdout(self) -> bytes:
@@ -173,13 +177,17 @@ class Scheduler:
         call.duration = time.monotonic() - call.started
         self.live.discard(call)
         call.done.set()
+        waiters, call.waiters = call.waiters, []
+        for fn in waiters:       # readers of the result: answered now, not a loop turn later
+            try:
+                fn()
+            except Exception:
+                log.exception("a reader of the call of %s failed", call.tool)
         call.agent.note(f"call {call.tool} -> {call.status_line().strip()}"
                         + (f": {call.reason}" if call.reason and call.state not in
                            ("invalid", "refused") else ""))
 
     async def _slot_run(self, call: Call, tool: Any, profile_name: str) -> None:
-        from .runner import RunRequest
-        from .sandbox import load_profile
         async with self.slots:
             # a tool may declare the profile it needs (client_9p: "client9p")
             declared = (getattr(tool, "extra", None) or {}).get("sandbox")
@@ -198,7 +206,8 @@ class Scheduler:
                 env["TOOLSRV_FD"] = "3"
             try:
                 req = RunRequest(argv=list(tool.command.argv),
-                                 stdin=json.dumps(call.args).encode(), cwd=s.cwd, env=env,
+                                 stdin=call.stdin if call.stdin is not None else
+                                 json.dumps(call.args).encode(), cwd=s.cwd, env=env,
                                  profile=profile, tool_dir=tool.dir, elevated=call.elevated,
                                  context={"session": s.name, "agent": call.agent.name,
                                           "tool": call.tool, "args": call.args, "cwd": s.cwd},

@@ -162,7 +162,10 @@ class SessionRoot(Dir_):
         return self._node(s) if s else None
 
     def _node(self, s: Session) -> "SessionDir":
-        return SessionDir(s, self.fs.q("session", s.name, s.serial), self, self.fs)
+        node = s.node        # kept by the session: see tree.py
+        if node is None:
+            node = s.node = SessionDir(s, self.fs.q("session", s.name, s.serial), self, self.fs)
+        return node
 
     def create(self, name: str, perm: int, mode: int, fid: Any) -> Node:
         if not perm & DMDIR:
@@ -212,9 +215,12 @@ class AgentRoot(Dir_):
         return None  # rm -r unlinks it before the session; the session's removal ends it
 
     def _node(self, a: Agent) -> "AgentDir":
-        s = self.s
-        return AgentDir(a, self.fs.q("session", s.name, s.serial, "agent", a.name, a.serial),
-                        self, self.fs)
+        node = a.node        # kept by the agent: see tree.py
+        if node is None:
+            s = self.s
+            node = a.node = AgentDir(a, self.fs.q("session", s.name, s.serial, "agent",
+                                                  a.name, a.serial), self, self.fs)
+        return node
 
     def children(self) -> list[Node]:
         return [self._node(a) for a in self.s.agents.values()]

@@ -281,16 +281,24 @@ _SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file_
 
 def load_profile(name: str, *, user_dir: Path | None = None,
                  shipped_dir: Path | None = None) -> Profile:
-    """Load <user_dir>/<name>.yaml, else <shipped_dir>/<name>.yaml; ProfileError otherwise."""
-    validate_profile_name(name)
-    for d in (user_dir or default_user_dir(), shipped_dir or _SHIPPED):
-        path = os.path.join(d, f"{name}.yaml")   # on every call: keep it to two stats
+    """Load <user_dir>/<name>.yaml, else <shipped_dir>/<name>.yaml; ProfileError otherwise.
+
+    Called for every tool call: a profile edited on disk applies to the next call, at the
+    cost of a stat of each candidate file (the file itself is parsed once per version)."""
+    for path in _candidates(name, str(user_dir or default_user_dir()),
+                            str(shipped_dir or _SHIPPED)):
         try:
             st = os.stat(path)
         except OSError:
             continue
         return _load_file(path, name, st.st_mtime_ns, st.st_size)
     raise ProfileError(f"profile {name}: not found")
+
+
+@lru_cache(maxsize=64)
+def _candidates(name: str, user_dir: str, shipped_dir: str) -> tuple[str, str]:
+    validate_profile_name(name)        # raises before any path is made of a bad name
+    return (os.path.join(user_dir, f"{name}.yaml"), os.path.join(shipped_dir, f"{name}.yaml"))
 
 
 @lru_cache(maxsize=64)

@@ -7,7 +7,8 @@ permissions, directory-read offsets) and then a small handler per message
 type.  A handler returns the reply, or a `Later(awaitable, post)` when the
 node may block (a call's result, revwait); the awaitable runs as a task keyed
 by its tag and `post` turns its value into the reply, so one blocking read
-never stalls the connection.  A connection may carry a guard (ServerConfig.
+never stalls the connection.  When the awaitable is a node's `Pending` (a
+call's result) no task is made: the reply is sent the moment it is given.  A connection may carry a guard (ServerConfig.
 guard) that scopes what it may walk to, write, create and remove: the
 connection a tool gets through the client9p profile is scoped to its agent.
 
@@ -39,7 +40,7 @@ from .errors import P9Error
 from .fid import Fid
 from .names import valid_name
 from .record import Record
-from .tree import Node
+from .tree import Node, Pending
 
 log = logging.getLogger("toolsrv.server")
 
@@ -107,6 +108,7 @@ class Conn:
         self.unames: set[str] = set()
         self.held = 0                 # sum of Fid.held: bytes fids keep in their aux
         self.closed = False
+        self.tasks = 0                # requests that went asynchronous, ever
         self._handlers = {
             Tauth: self._auth, Tattach: self._attach, Tflush: self._flush,
             Twalk: self._walk, Topen: self._open, Tcreate: self._create,
@@ -144,6 +146,11 @@ class Conn:
         if r is _PENDING:
             return None
         if type(r) is Later:
+            self.tasks += 1
+            if type(r.aw) is Pending:
+                self.inflight[tag] = r.aw
+                r.aw.then(lambda value, exc: self._given(tag, r, value, exc))
+                return None
             task = asyncio.get_running_loop().create_task(self._finish(tag, r))
             task.add_done_callback(lambda t: self._cancelled_early(tag, t, r.aw))
             self.inflight[tag] = task
@@ -164,6 +171,23 @@ class Conn:
             r = Rerror(tag, E.EINTERNAL)
         if self.inflight.get(tag) is me:
             self._respond(tag, r)
+
+    def _given(self, tag: int, later: Later, value: Any, exc: BaseException | None) -> None:
+        """A Pending's outcome: the reply, unless the request was aborted meanwhile."""
+        if self.inflight.get(tag) is not later.aw:
+            return
+        try:
+            if exc is not None:
+                raise exc
+            r = later.post(value)
+        except asyncio.CancelledError:
+            r = Rerror(tag, E.EINTR)
+        except P9Error as e:
+            r = Rerror(tag, e.ename)
+        except Exception:
+            log.exception("%s: request tag %d failed", self.name, tag)
+            r = Rerror(tag, E.EINTERNAL)
+        self._respond(tag, r)
 
     def _cancelled_early(self, tag: int, task: asyncio.Task, aw: Any) -> None:
         """A task flushed before it ever ran still owes its reply."""
@@ -191,7 +215,7 @@ class Conn:
     # -- lifecycle --
     def _abort_all(self) -> None:
         """Cancel every request (dropping its reply) and clunk every fid."""
-        tasks = [t for t in self.inflight.values() if isinstance(t, asyncio.Task)]
+        tasks = [t for t in self.inflight.values() if isinstance(t, (asyncio.Task, Pending))]
         self.inflight.clear()
         self.flushes.clear()
         for t in tasks:
@@ -282,7 +306,7 @@ class Conn:
         self.flushes.setdefault(root, []).append(m.tag)
         self.inflight[m.tag] = ("flush", root)
         target = self.inflight.get(root)
-        if isinstance(target, asyncio.Task):
+        if isinstance(target, (asyncio.Task, Pending)):
             target.cancel()
         return _PENDING
 
@@ -387,7 +411,7 @@ class Conn:
         except BaseException:
             self._account(fid)
             raise
-        if type(r) is not bytes and inspect.isawaitable(r):   # bytes: the common, fast case
+        if type(r) is not bytes and (type(r) is Pending or inspect.isawaitable(r)):   # bytes: the common, fast case
             self._account(fid)
             return Later(r, lambda data: self._within(fid, Rread(m.tag, data[:count])))
         return self._within(fid, Rread(m.tag, r[:count]))   # _within accounts
@@ -418,7 +442,7 @@ class Conn:
         except BaseException:
             self._account(fid)
             raise
-        if type(r) is not int and inspect.isawaitable(r):
+        if type(r) is not int and (type(r) is Pending or inspect.isawaitable(r)):
             self._account(fid)
             return Later(r, lambda n: self._within(fid, Rwrite(m.tag, n)))
         return self._within(fid, Rwrite(m.tag, r))   # _within accounts

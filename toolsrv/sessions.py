@@ -66,6 +66,7 @@ class Agent(Plain):
         self.log = bytearray() if log is None else log   # newline-ended lines, oldest first
         self.extra: dict[str, Any] = {} if extra is None else extra  # per-tool call state
         self.alive = alive                                             # (toolfile.py)
+        self.node: Any = None     # its directory in the tree, kept by fs.py (not state)
 
     def note(self, line: str) -> None:
         """Append one line to the agent's log, stamped with the time (at most
@@ -93,6 +94,7 @@ class Session(Plain):
         self.serial = next(_serials) if serial is None else serial
         self.agents: dict[str, Agent] = {} if agents is None else agents
         self.alive = alive
+        self.node: Any = None     # its directory in the tree, kept by fs.py (not state)
 
 
 class SessionStore:

@@ -10,7 +10,6 @@ call's streams and wait while it runs; `status` never waits.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -20,7 +19,7 @@ from .errors import P9Error
 from .fs import AgentDir, json_text
 from .jsonargs import fit, json_state, take_elevated, validate
 from .sessions import Agent
-from .tree import Dir_, FixedDir, Node, TextFile, snapshot_read, stream_read
+from .tree import Dir_, FixedDir, Node, Pending, TextFile, snapshot_read, stream_read
 
 CHUNK_WAIT = 4096   # a line this long without a newline may continue in the next Twrite
 MAX_ARGS = 1 << 20  # bytes of JSON args one call may write (default of --max-args)
@@ -61,9 +60,16 @@ class Calls:
                 for n in d.a.loaded if self.registry.get(n) is not None]
 
     def _tool_dir(self, td: Dir_, d: AgentDir, name: str) -> Node | None:
-        if name in d.a.loaded and self.registry.get(name) is not None:
-            return ToolCallDir(name, d.key("tool", name), td, self, d.a, d)
-        return None
+        a = d.a
+        if name not in a.loaded or self.registry.get(name) is None:
+            return None
+        kept = a.extra.get("tooldirs")          # see tree.py: kept nodes
+        if kept is None:
+            kept = a.extra["tooldirs"] = {}
+        node = kept.get(name)
+        if node is None or node.parent is not td:
+            node = kept[name] = ToolCallDir(name, d.key("tool", name), td, self, a, d)
+        return node
 
     def schemas(self, a: Agent) -> list[dict]:
         out = []
@@ -121,10 +127,15 @@ class Calls:
             self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
             a.note(f"call {tool_name} {_short(args)} -> {e.ename}")
             raise
+        text = json.dumps(args, ensure_ascii=False)   # the log line's, and the tool's stdin
         c = Call(tool_name, a, args, elevated)
+        try:
+            c.stdin = text.encode()
+        except UnicodeEncodeError:       # a lone surrogate ("\ud800"): stdin escapes it
+            c.stdin = json.dumps(args).encode()
         self.sched.start(c, tool, a.session.sandbox)
         self.latest(a)[tool_name] = c
-        a.note(f"call {tool_name} {_short(args)}{' elevated' if elevated else ''} -> started")
+        a.note(f"call {tool_name} {_clip(text)}{' elevated' if elevated else ''} -> started")
         return c
 
     async def close(self) -> None:
@@ -132,7 +143,10 @@ class Calls:
 
 
 def _short(args: Any) -> str:
-    s = json.dumps(args, ensure_ascii=False)
+    return _clip(json.dumps(args, ensure_ascii=False))
+
+
+def _clip(s: str) -> str:
     return s if len(s) <= 200 else s[:197] + "..."
 
 
@@ -266,15 +280,16 @@ class CallFile(Node):
             return b""
         if call.done.is_set():
             return _result(fid, call, offset, count)
-        return self._wait(fid, call, offset, count)
+        sched = self.parent.calls.sched
+        p = Pending(lambda: sched.stop(call))    # a flush of this read kills the run
 
-    async def _wait(self, fid: Any, call: Call, offset: int, count: int) -> bytes:
-        try:
-            await call.done.wait()
-        except asyncio.CancelledError:
-            self.parent.calls.sched.stop(call)   # a flush of this read kills the run
-            raise
-        return _result(fid, call, offset, count)
+        def ended() -> None:
+            try:
+                p.give(_result(fid, call, offset, count))
+            except P9Error as e:
+                p.fail(e)
+        call.waiters.append(ended)
+        return p
 
     def remove(self) -> None:
         return None

@@ -3,7 +3,10 @@
 Each connection is a `NinePProtocol`: data_received feeds a Framer (which
 bounds a partial frame by msize) and queues every decoded message for its
 Conn.  Replies produced while the queue is being handled are joined into few
-transport writes.  Memory per connection stays bounded whatever the client
+transport writes.  When a request of the batch went asynchronous (a Tread waiting
+for a call's result), the write waits one turn of the event loop: the tasks the
+batch started run first, and whatever they answer at once (a tool that finished
+without waiting) goes out in the same write.  Memory per connection stays bounded whatever the client
 does:
 - a partial frame holds at most msize bytes, and one that stalls longer than
   `frame_timeout` closes the connection;
@@ -137,6 +140,7 @@ class NinePProtocol(asyncio.Protocol):
         self.writing_paused = False
         self.reading_paused = False
         self.draining = False
+        self.flush_soon = False       # a flush of the open batch is scheduled
         self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:
@@ -205,18 +209,31 @@ class NinePProtocol(asyncio.Protocol):
         if self.draining or self.conn is None:
             return
         self.draining = True
-        self.batch, self.batch_bytes = [], 0
+        if self.batch is None:
+            self.batch, self.batch_bytes = [], 0
+        conn, went_async = self.conn, self.conn.tasks
         try:
-            while self.queue and not self.writing_paused and not self.conn.closed:
-                self.conn.receive(self.queue.popleft())
+            while self.queue and not self.writing_paused and not conn.closed:
+                conn.receive(self.queue.popleft())
         finally:
-            self._flush_batch()
-            self.batch = None
             self.draining = False
+            if conn.tasks != went_async and not self.writing_paused:
+                if not self.flush_soon:     # after the tasks this batch started
+                    self.flush_soon = True
+                    asyncio.get_running_loop().call_soon(self._flush_later)
+            else:
+                self._flush_batch()
+                self.batch = None
         if self.queue:
             self._pause_reading()
         elif not self.writing_paused:
             self._resume_reading()
+
+    def _flush_later(self) -> None:
+        self.flush_soon = False
+        if not self.draining:
+            self._flush_batch()
+            self.batch = None
 
     def _pause_reading(self) -> None:
         if not self.reading_paused and self.transport is not None \

@@ -10,14 +10,21 @@ keeps its path for the life of the server; a re-created session has a new
 serial and therefore new paths.  No path is ever 0 (9pfuse would make it
 inode 0, which directory listings hide).  A directory with fixed entry names
 (`FixedDir`: a session, an agent, a loaded tool) builds only the entry a walk
-names, and allocates its entries' paths in listing order.
+names, allocates its entries' paths in listing order, and keeps what it built.
+The nodes of a session and an agent are kept by the session or agent they stand
+for (fs.py), so the walk an agent repeats on every call builds nothing; a kept
+node holds no state of its own (a fid's state is in the fid) and asks the model
+whether it is alive, so keeping it changes nothing a client can see.
 
 Handlers may return a value or an awaitable; the server awaits the latter in
-a task of its own, so a blocking read never stalls the connection.  Errors
+a task of its own, so a blocking read never stalls the connection.  A handler
+whose answer some other code will produce (a call's result) may return a
+`Pending` instead: no task, the answer goes out the moment it is given.  Errors
 are raised as P9Error with a string from errors.py.
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from typing import Any, Awaitable, Callable, Iterable
@@ -28,6 +35,41 @@ from . import errors as E
 
 UID = "toolsrv"
 BOOT_TIME = int(time.time())
+
+
+class Pending:
+    """An answer that comes later without a task: the code that produces it calls
+    `give(value)` or `fail(exc)`; a flush or a hang-up calls `cancel()`, which runs
+    `on_cancel` (a flushed read of a call kills the run).  The server registers what
+    to do with the outcome through `then`; the first of give, fail and cancel wins."""
+
+    __slots__ = ("on_cancel", "_then", "done")
+
+    def __init__(self, on_cancel: Callable[[], None] | None = None) -> None:
+        self.on_cancel = on_cancel
+        self._then: Callable[[Any, BaseException | None], None] | None = None
+        self.done = False
+
+    def then(self, fn: Callable[[Any, BaseException | None], None]) -> None:
+        self._then = fn
+
+    def give(self, value: Any) -> None:
+        self._end(value, None)
+
+    def fail(self, exc: BaseException) -> None:
+        self._end(None, exc)
+
+    def cancel(self) -> None:
+        if not self.done and self.on_cancel is not None:
+            self.on_cancel()
+        self._end(None, asyncio.CancelledError())
+
+    def _end(self, value: Any, exc: BaseException | None) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self._then is not None:
+            self._then(value, exc)
 
 
 class Qids:
@@ -55,6 +97,7 @@ class Node:
 
     is_dir = False
     perm = 0o444
+    _qid: Qid | None = None      # kept once made, for nodes whose version never changes
 
     def __init__(self, name: str, qpath: int, parent: "Node | None" = None) -> None:
         self.name = name
@@ -66,7 +109,12 @@ class Node:
         return 0
 
     def qid(self) -> Qid:
-        return Qid(QTDIR if self.is_dir else 0, self.version() & 0xFFFFFFFF, self.qpath)
+        q = self._qid
+        if q is None:
+            q = Qid(QTDIR if self.is_dir else 0, self.version() & 0xFFFFFFFF, self.qpath)
+            if type(self).version is Node.version:
+                self._qid = q
+        return q
 
     def length(self) -> int:
         return 0
@@ -141,11 +189,13 @@ class Dir_(Node):
 class FixedDir(Dir_):
     """A directory whose entries have fixed names (NAMES, in listing order).
 
-    A walk builds only the entry it names.  Subclasses give each name's qid path
-    (`paths()`, all of them at once, so paths are allocated in listing order whichever
-    entry is walked first) and build an entry from its name and path (`make`)."""
+    A walk builds only the entry it names, and the directory keeps it for the next
+    walk.  Subclasses give each name's qid path (`paths()`, all of them at once, so
+    paths are allocated in listing order whichever entry is walked first) and build an
+    entry from its name and path (`make`)."""
 
     NAMES: tuple[str, ...] = ()
+    _built: dict[str, Node] | None = None
 
     def paths(self) -> list[int]:
         raise NotImplementedError
@@ -154,12 +204,24 @@ class FixedDir(Dir_):
         raise NotImplementedError
 
     def children(self) -> list[Node]:
-        return [self.make(n, q) for n, q in zip(self.NAMES, self.paths())]
+        return [self._entry(n) for n in self.NAMES]
 
     def lookup(self, name: str) -> Node | None:
-        if name not in self.NAMES:
-            return None
-        return self.make(name, self.paths()[self.NAMES.index(name)])
+        built = self._built
+        if built is not None:
+            node = built.get(name)
+            if node is not None:
+                return node
+        return self._entry(name) if name in self.NAMES else None
+
+    def _entry(self, name: str) -> Node:
+        built = self._built
+        if built is None:
+            built = self._built = {}
+        node = built.get(name)
+        if node is None:
+            node = built[name] = self.make(name, self.paths()[self.NAMES.index(name)])
+        return node
 
 
 class TextFile(Node):

@@ -1,0 +1,238 @@
+"""How a call's replies leave the server: batching, waiting readers, kept nodes.
+
+A transcript at the level of the transport: frames go into a NinePProtocol whose
+transport records every write, the tree is the real one (sessions, agents, call
+files, scheduler) over a fake registry, and the runner is in-process so a test
+decides when a run ends.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from typing import Any
+
+import pytest
+
+from proto import (
+    IOHDRSZ, NOFID, NOTAG, ORDWR, Rerror, Rflush, Ropen, Rread, Rwalk, Rwrite, Tattach, Tclunk,
+    Tflush, Topen, Tread, Tversion, Twalk, Twrite, encode,
+)
+from proto.framing import Framer
+from toolsrv.runner import RunResult
+from toolsrv.server import ServerConfig
+from toolsrv.transport import NinePProtocol
+
+from fakes import make_fs
+
+MSIZE = 8192
+CALL = ("session", "s", "agent", "a", "tools", "echo", "call")
+
+
+class Transport:
+    """Keeps every write, as the socket would have sent it."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def replies(self) -> list[Any]:
+        return Framer(1 << 20).feed(b"".join(self.writes))
+
+
+class GatedRunner:
+    """Echoes stdin; a run waits for `gate` when it is set up (None: at once)."""
+
+    def __init__(self) -> None:
+        self.gate: asyncio.Event | None = None
+        self.requests: list[Any] = []
+        self.killed = 0
+
+    async def run(self, req: Any) -> RunResult:
+        self.requests.append(req)
+        if self.gate is not None:
+            kill = asyncio.ensure_future(req.kill.wait())
+            gate = asyncio.ensure_future(self.gate.wait())
+            await asyncio.wait([kill, gate], return_when=asyncio.FIRST_COMPLETED)
+            kill.cancel()
+            gate.cancel()
+            if req.kill.is_set():
+                self.killed += 1
+                return RunResult(stdout=b"", exit_code=None, signal=9, cancelled=True)
+        return RunResult(stdout=req.stdin, exit_code=0, duration=0.0)
+
+
+async def setup(runner: GatedRunner) -> tuple[Any, NinePProtocol, Transport]:
+    fs = make_fs(tempfile.mkdtemp(prefix="toolsrv-test."), runner=runner)
+    s = fs.store.create("s")
+    fs.store.create_agent(s, "a")
+    fs.agent_files.apply(s.agents["a"], "tool_load echo")
+    p, t = NinePProtocol(fs, ServerConfig(msize=MSIZE), set()), Transport()
+    p.connection_made(t)
+    p.data_received(encode(Tversion(NOTAG, MSIZE, "9P2000")) +
+                    encode(Tattach(1, 0, NOFID, "agent", "")))
+    t.writes.clear()
+    return fs, p, t
+
+
+def pipelined(args: bytes) -> bytes:
+    """client_9p's rdwr as toolsrv.client sends it: four requests in one write."""
+    return b"".join(encode(m) for m in (
+        Twalk(1, 0, 7, CALL), Topen(2, 7, ORDWR), Twrite(3, 7, 0, args),
+        Tread(4, 7, 0, MSIZE - IOHDRSZ)))
+
+
+async def turns(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_a_call_that_ends_at_once_is_answered_in_one_write():
+    async def go() -> None:
+        _, p, t = await setup(GatedRunner())
+        p.data_received(pipelined(b'{"x": 1}'))
+        assert t.writes == []           # the batch waits one turn for the run it started
+        await turns()
+        assert len(t.writes) == 1
+        r = t.replies()
+        assert [type(m) for m in r] == [Rwalk, Ropen, Rwrite, Rread]
+        assert [m.tag for m in r] == [1, 2, 3, 4]
+        assert json.loads(r[3].data) == {"x": 1}
+    asyncio.run(go())
+
+
+def test_replies_do_not_wait_for_a_run_that_takes_time():
+    async def go() -> None:
+        runner = GatedRunner()
+        runner.gate = asyncio.Event()
+        _, p, t = await setup(runner)
+        p.data_received(pipelined(b'{"x": 2}'))
+        await turns()
+        r = t.replies()
+        assert [type(m) for m in r] == [Rwalk, Ropen, Rwrite]   # sent while the tool runs
+        runner.gate.set()
+        await turns()
+        r = t.replies()
+        assert [type(m) for m in r] == [Rwalk, Ropen, Rwrite, Rread]
+        assert json.loads(r[3].data) == {"x": 2}
+        assert len(t.writes) == 2
+    asyncio.run(go())
+
+
+def test_requests_that_need_no_waiting_are_answered_in_the_same_turn():
+    async def go() -> None:
+        _, p, t = await setup(GatedRunner())
+        p.data_received(encode(Twalk(1, 0, 7, ("session", "s"))) + encode(Tclunk(2, 7)))
+        assert len(t.writes) == 1 and len(t.replies()) == 2
+    asyncio.run(go())
+
+
+def test_flush_of_a_waiting_read_kills_the_run_then_answers_in_order():
+    async def go() -> None:
+        runner = GatedRunner()
+        runner.gate = asyncio.Event()
+        _, p, t = await setup(runner)
+        p.data_received(pipelined(b'{"x": 3}'))
+        await turns()
+        t.writes.clear()
+        p.data_received(encode(Tflush(9, 4)))
+        await turns()
+        r = t.replies()
+        assert [(type(m), m.tag) for m in r] == [(Rerror, 4), (Rflush, 9)]
+        assert r[0].ename == "interrupted"
+        assert runner.killed == 1
+    asyncio.run(go())
+
+
+def test_hang_up_while_a_read_waits_kills_the_run_and_sends_nothing():
+    async def go() -> None:
+        runner = GatedRunner()
+        runner.gate = asyncio.Event()
+        fs, p, t = await setup(runner)
+        p.data_received(pipelined(b'{"x": 4}'))
+        await turns()
+        t.writes.clear()
+        p.connection_lost(None)
+        await turns()
+        assert t.writes == [] and runner.killed == 1
+        assert fs.agent_files.sched.live == set()
+    asyncio.run(go())
+
+
+def test_two_readers_of_one_call_both_get_the_result():
+    async def go() -> None:
+        runner = GatedRunner()
+        runner.gate = asyncio.Event()
+        _, p, t = await setup(runner)
+        p.data_received(pipelined(b'{"x": 5}'))
+        p.data_received(encode(Tread(5, 7, 0, 10)))      # a second Tread of the same fid
+        await turns()
+        runner.gate.set()
+        await turns()
+        reads = {m.tag: m.data for m in t.replies() if type(m) is Rread}
+        assert reads == {4: b'{"x": 5}', 5: b'{"x": 5}'[:10]}
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("args, stdin", [
+    ('{"s": "caf\u00e9"}', '{"s": "caf\u00e9"}'.encode()),      # UTF-8 as written
+    ('{"s": "\\ud800"}', b'{"s": "\\ud800"}'),                  # a lone surrogate: escaped
+])
+def test_the_tool_reads_the_args_as_json(args, stdin):
+    async def go() -> None:
+        runner = GatedRunner()
+        fs, p, t = await setup(runner)
+        p.data_received(pipelined(args.encode()))
+        await turns()
+        assert runner.requests[0].stdin == stdin
+        assert json.loads(runner.requests[0].stdin) == json.loads(args)
+        log = bytes(fs.store.sessions["s"].agents["a"].log)
+        assert b"call echo " in log and b"-> started" in log
+    asyncio.run(go())
+
+
+def test_walks_reuse_the_nodes_of_a_session_and_the_new_session_gets_new_ones():
+    async def go() -> None:
+        fs, p, t = await setup(GatedRunner())
+
+        def walk() -> list:
+            node = fs.root
+            out = []
+            for name in CALL:
+                node = node.lookup(name)
+                out.append(node)
+            return out
+
+        first, again = walk(), walk()
+        assert all(x is y for x, y in zip(first, again))
+        qids = [n.qid() for n in first]
+        fs.store.remove("s")
+        assert not first[-1].alive()
+        s = fs.store.create("s")
+        fs.store.create_agent(s, "a")
+        fs.agent_files.apply(s.agents["a"], "tool_load echo")
+        fresh = walk()
+        assert fresh[-1].alive() and fresh[-1] is not first[-1]
+        assert [n.qid().path for n in fresh[1:]] != [q.path for q in qids[1:]]
+        fs.agent_files.apply(s.agents["a"], "tool_unload echo")
+        assert fs.root.lookup("session").lookup("s").lookup("agent").lookup("a") \
+            .lookup("tools").lookup("echo") is None
+        assert not fresh[-1].alive()
+    asyncio.run(go())
