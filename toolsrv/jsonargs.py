@@ -90,8 +90,10 @@ def validate(tool: Any, args: dict) -> None:
 
     Uses the tool's own compiled validator (the registry builds it for the
     draft the schema declares), or compiles one for a bare schema."""
-    from jsonschema.exceptions import best_match
     v = getattr(tool, "validator", None) or validator(tool.schema)
+    if v.is_valid(args):
+        return
+    from jsonschema.exceptions import best_match
     err = best_match(v.iter_errors(args))
     if err is not None:
         where = error_path(err)

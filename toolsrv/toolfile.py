@@ -127,7 +127,7 @@ class Calls:
             self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
             a.note(f"call {tool_name} {_short(args)} -> {e.ename}")
             raise
-        text = json.dumps(args, ensure_ascii=False)   # the log line's, and the tool's stdin
+        text = _to_json(args)       # the log line's, and the tool's stdin
         c = Call(tool_name, a, args, elevated)
         try:
             c.stdin = text.encode()
@@ -142,8 +142,11 @@ class Calls:
         await self.sched.close()
 
 
+_to_json = json.JSONEncoder(ensure_ascii=False).encode   # json.dumps would make one a call
+
+
 def _short(args: Any) -> str:
-    return _clip(json.dumps(args, ensure_ascii=False))
+    return _clip(_to_json(args))
 
 
 def _clip(s: str) -> str:
