@@ -11,7 +11,6 @@ Client verbs exit 1 with the server's error on stderr.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import logging
 import os
@@ -185,6 +184,9 @@ def serve(args: Any) -> int:
     # classes, the registry) lives on, and the collector's passes over it took 3-5 ms
     # before the first request could be answered.  It resumes once started (below).
     gc.disable()
+    import_asyncio_without_ssl()
+    import asyncio
+
     from .app import App
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="toolsrv: %(message)s")
@@ -228,10 +230,29 @@ def serve(args: Any) -> int:
         gc.enable()             # had start-up failed before run() could
 
 
+def import_asyncio_without_ssl() -> None:
+    """Import asyncio with its module-level `ssl` left None: the server serves no TLS, and
+    `ssl` (OpenSSL's libraries loaded and linked) was 8-14 ms of the launch.  asyncio's
+    modules import it as `try: import ssl / except ImportError: ssl = None`, and only a TLS
+    transport (start_tls, an ssl= argument) reads the name, which then says "ssl module not
+    available".  The None in sys.modules that makes that import fail is there only while
+    asyncio imports: any later `import ssl` (uvloop, a library) works as usual.  Nothing is
+    done when asyncio or ssl is imported already (doc/performance.md, Start-up)."""
+    if "asyncio" in sys.modules or "ssl" in sys.modules:
+        return
+    sys.modules["ssl"] = None  # type: ignore[assignment]
+    try:
+        import asyncio  # noqa: F401
+    finally:
+        if "ssl" in sys.modules and sys.modules["ssl"] is None:
+            del sys.modules["ssl"]
+
+
 def use_uvloop(wanted: bool) -> None:
     """Install uvloop's event loop policy when wanted and installed (doc/performance.md)."""
     if not wanted:
         return
+    import asyncio
     try:
         import uvloop
     except ImportError:
