@@ -169,6 +169,8 @@ def test_serve_imports_asyncio_without_ssl_and_ssl_still_imports():
         "assert 'ssl' not in sys.modules, sys.modules.get('ssl', 'absent')\n"
         "import asyncio, asyncio.base_events as b, asyncio.sslproto as p\n"
         "assert b.ssl is None and p.ssl is None\n"
+        "took = [n for n, m in list(sys.modules.items()) if getattr(m, 'ssl', 0) is None]\n"
+        "assert all(n.startswith('asyncio.') for n in took), took\n"
         "import ssl\n"
         "assert ssl.SSLContext and sys.modules['ssl'] is ssl\n"
         "import socket\n"
