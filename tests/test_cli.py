@@ -217,3 +217,38 @@ def test_serve_on_uvloop():
         if p.poll() is None:
             p.kill()
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.parametrize("words", [
+    [], ["-a", "unix!/x", "--tools", "/t", "--state", "/s", "--max-runs", "64"],
+    ["-a", "unix!/x", "-a", "tcp!127.0.0.1!5640", "--allow-uid", "7", "--allow-uid", "8"],
+    ["--addr=unix!/x", "--tools=/a=b", "--timeout", "2.5", "--frame-timeout=1"],
+    ["--no-state", "-D", "-v", "--listen-any", "--uvloop", "-D"],
+    ["--auth-secret", "f", "--mount", "m", "--run-as", "", "--tools="],
+    ["--max-held", "12", "--max-args", "0x10"], ["--msize", "-5"], ["--msize", "x"],
+    ["--tool", "/t"], ["-h"], ["--help"], ["-Dv"], ["-aunix!/x"], ["-a=unix!/x"], ["-a"],
+    ["--tools"], ["--tools", "--state", "/s"], ["--no-state=1"], ["extra"], ["--", "-a"],
+    ["--tools", "-"], ["--timeout", "-1"], ["--max-runs", " 3 "], ["--max-runs", "3.0"]],
+    ids=lambda w: " ".join(w) or "(none)")
+def test_serve_parsed_without_argparse_as_argparse_parses_it(words, capsys):
+    """parse_serve, the argparse-free parse of `serve` (start-up time), either gives what
+    argparse gives or leaves the words to argparse."""
+    from toolsrv.__main__ import build_parser, parse_serve
+    fast = parse_serve(words)
+    try:
+        full = vars(build_parser().parse_args(["serve", *words]))
+    except SystemExit as e:
+        full = f"exit {e.code}"
+    capsys.readouterr()
+    assert fast is None or vars(fast) == full
+
+
+def test_serve_options_are_all_parsed_without_argparse():
+    """Every option of `serve`, given in full with a plain value, takes the fast path."""
+    from toolsrv.__main__ import SERVE_OPTIONS, parse_serve
+    words: list[str] = []
+    for flags, kw in SERVE_OPTIONS:
+        words.append(flags[-1])
+        if kw.get("action") != "store_true":
+            words.append("7" if kw.get("type") in (int, float) else "v")
+    assert parse_serve(words) is not None
