@@ -152,3 +152,103 @@ def test_one_verb_parser_parses_as_the_full_one(argv, capsys):
         return got, capsys.readouterr()
 
     assert outcome(parse) == outcome(lambda a: build_parser().parse_args(a))
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_serve_imports_asyncio_without_ssl_and_ssl_still_imports():
+    """`serve` keeps OpenSSL out of its start-up: asyncio's module-level `ssl` is None (a
+    TLS transport says so), and a later `import ssl` gets the real module."""
+    r = _python(
+        "import sys\n"
+        "from toolsrv.__main__ import import_asyncio_without_ssl as f\n"
+        "f()\n"
+        "assert 'ssl' not in sys.modules, sys.modules.get('ssl', 'absent')\n"
+        "import asyncio, asyncio.base_events as b, asyncio.sslproto as p\n"
+        "assert b.ssl is None and p.ssl is None\n"
+        "took = [n for n, m in list(sys.modules.items()) if getattr(m, 'ssl', 0) is None]\n"
+        "assert all(n.startswith('asyncio.') for n in took), took\n"
+        "import ssl\n"
+        "assert ssl.SSLContext and sys.modules['ssl'] is ssl\n"
+        "import socket\n"
+        "async def tls():\n"
+        "    a, b = socket.socketpair()\n"
+        "    await asyncio.open_unix_connection(sock=a, ssl=True, server_hostname='x')\n"
+        "try:\n"
+        "    asyncio.run(tls())\n"
+        "except RuntimeError as e:\n"
+        "    print(e)\n")
+    assert r.returncode == 0, r.stderr
+    assert "ssl module" in r.stdout
+
+
+@pytest.mark.parametrize("first", ["ssl", "asyncio"])
+def test_asyncio_keeps_ssl_when_imported_before(first):
+    """Nothing changes in a process that imported ssl or asyncio already."""
+    r = _python(
+        f"import {first}\n"
+        "from toolsrv.__main__ import import_asyncio_without_ssl as f\n"
+        "f()\n"
+        "import asyncio.base_events as b, ssl\n"
+        "assert b.ssl is ssl\n")
+    assert r.returncode == 0, r.stderr
+
+
+def test_serve_on_uvloop():
+    """uvloop (optional) imports ssl itself, after asyncio: serving on it still works."""
+    pytest.importorskip("uvloop")
+    home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
+    env = dict(os.environ, HOME=home, NAMESPACE=os.path.join(home, "ns"),
+               XDG_STATE_HOME=os.path.join(home, "state"), TOOLSRV_UVLOOP="1")
+    p = subprocess.Popen(TOOLSRV + ["serve"], env=env, cwd=REPO, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        for line in p.stderr:
+            if "serving on" in line:
+                break
+        r = run(env, "read", "revision")
+        assert r.returncode == 0 and r.stdout.strip(), r.stderr
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(20) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.parametrize("words", [
+    [], ["-a", "unix!/x", "--tools", "/t", "--state", "/s", "--max-runs", "64"],
+    ["-a", "unix!/x", "-a", "tcp!127.0.0.1!5640", "--allow-uid", "7", "--allow-uid", "8"],
+    ["--addr=unix!/x", "--tools=/a=b", "--timeout", "2.5", "--frame-timeout=1"],
+    ["--no-state", "-D", "-v", "--listen-any", "--uvloop", "-D"],
+    ["--auth-secret", "f", "--mount", "m", "--run-as", "", "--tools="],
+    ["--max-held", "12", "--max-args", "0x10"], ["--msize", "-5"], ["--msize", "x"],
+    ["--tool", "/t"], ["-h"], ["--help"], ["-Dv"], ["-aunix!/x"], ["-a=unix!/x"], ["-a"],
+    ["--tools"], ["--tools", "--state", "/s"], ["--no-state=1"], ["extra"], ["--", "-a"],
+    ["--tools", "-"], ["--timeout", "-1"], ["--max-runs", " 3 "], ["--max-runs", "3.0"]],
+    ids=lambda w: " ".join(w) or "(none)")
+def test_serve_parsed_without_argparse_as_argparse_parses_it(words, capsys):
+    """parse_serve, the argparse-free parse of `serve` (start-up time), either gives what
+    argparse gives or leaves the words to argparse."""
+    from toolsrv.__main__ import build_parser, parse_serve
+    fast = parse_serve(words)
+    try:
+        full = vars(build_parser().parse_args(["serve", *words]))
+    except SystemExit as e:
+        full = f"exit {e.code}"
+    capsys.readouterr()
+    assert fast is None or vars(fast) == full
+
+
+def test_serve_options_are_all_parsed_without_argparse():
+    """Every option of `serve`, given in full with a plain value, takes the fast path."""
+    from toolsrv.__main__ import SERVE_OPTIONS, parse_serve
+    words: list[str] = []
+    for flags, kw in SERVE_OPTIONS:
+        words.append(flags[-1])
+        if kw.get("action") != "store_true":
+            words.append("7" if kw.get("type") in (int, float) else "v")
+    assert parse_serve(words) is not None

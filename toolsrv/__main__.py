@@ -10,16 +10,18 @@ Client verbs exit 1 with the server's error on stderr.
 """
 from __future__ import annotations
 
-import argparse
-import asyncio
 import gc
 import logging
 import os
 import stat as statmod
 import sys
-from typing import Any, NoReturn
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import dial
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def _addr_arg(p: argparse.ArgumentParser) -> None:
@@ -32,10 +34,11 @@ VERBS = ("serve", "ls", "read", "write", "rdwr", "stat", "mkdir", "rm", "call", 
 
 
 def build_parser(only: str | None = None,
-                 cls: type[argparse.ArgumentParser] = argparse.ArgumentParser
-                 ) -> argparse.ArgumentParser:
+                 cls: type[argparse.ArgumentParser] | None = None) -> argparse.ArgumentParser:
     """The command's parser; with `only`, the subcommand of that verb alone (see parse)."""
-    ap = cls(prog="toolsrv", description="a 9P2000 server of tools for agents")
+    import argparse
+    ap = (cls or argparse.ArgumentParser)(prog="toolsrv",
+                                          description="a 9P2000 server of tools for agents")
     sub = ap.add_subparsers(dest="verb", required=True)
     if only in (None, "serve"):
         _serve_parser(sub.add_parser("serve", help="run the server"))
@@ -65,7 +68,7 @@ def build_parser(only: str | None = None,
         sb.add_argument("profile", nargs="?", default="default")
     if only in (None, "approve"):
         ap_ = sub.add_parser("approve", help="run the reference elevation broker")
-        ap_.add_argument("rest", nargs=argparse.REMAINDER)
+        ap_.add_argument("rest", nargs="...")
     if only in (None, "mount"):
         m = sub.add_parser("mount", help="mount the running server with 9pfuse")
         _addr_arg(m)
@@ -80,63 +83,137 @@ class _Retry(Exception):
     """The one-verb parser met an error: the full parser words it (see parse)."""
 
 
-class _Trial(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise _Retry
+def _trial() -> type[argparse.ArgumentParser]:
+    import argparse
+
+    class _Trial(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            raise _Retry
+    return _Trial
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
+def parse(argv: list[str]) -> Any:
     """argv parsed by a parser of its verb's subcommand alone, when that succeeds: building
     all thirteen costs about 10 ms (argparse looks up gettext translations for each piece),
     a tenth of the server's start-up.  On any error the full parser parses again, so every
     message (and the usage listing every verb) reads as it always has; --help prints the
-    subcommand's own help, the same in both."""
+    subcommand's own help, the same in both.  A `serve` whose words are all plainly its
+    options is parsed without argparse (parse_serve)."""
+    if argv[:1] == ["serve"]:
+        args = parse_serve(argv[1:])
+        if args is not None:
+            return args
     if argv and argv[0] in VERBS:
         try:
-            return build_parser(argv[0], _Trial).parse_args(argv)
+            return build_parser(argv[0], _trial()).parse_args(argv)
         except _Retry:
             pass
     return build_parser().parse_args(argv)
 
 
+def _dest(flags: tuple[str, ...], kw: dict[str, Any]) -> str:
+    """The attribute an option sets, named as argparse names it."""
+    if "dest" in kw:
+        return str(kw["dest"])
+    long = [f for f in flags if f.startswith("--")]
+    return (long or list(flags))[0].lstrip("-").replace("-", "_")
+
+
+def parse_serve(words: list[str]) -> SimpleNamespace | None:
+    """`serve`'s words parsed from SERVE_OPTIONS without argparse, or None for argparse to
+    parse: building this parser and parsing took 6 M instructions (2 ms) of the server's
+    launch, and importing argparse 9.5 M more where nothing else imports it before the
+    listener does (elevation.py does now).  Only the plain forms are taken here: an option
+    spelled in full, its value as the next word or after `=`, a value not starting with `-`
+    and of the option's type.  Anything else (an abbreviation, -h, a bad value, a stray
+    word) goes to argparse, so its results, messages and help are the ones it always gave."""
+    opts: dict[str, tuple[str, bool, bool, Any]] = {}
+    values: dict[str, Any] = {}
+    for flags, kw in SERVE_OPTIONS:
+        dest = _dest(flags, kw)
+        store_true = kw.get("action") == "store_true"
+        default = kw.get("default", False if store_true else None)
+        values[dest] = list(default) if isinstance(default, list) else default
+        for f in flags:
+            opts[f] = (dest, store_true, kw.get("action") == "append", kw.get("type", str))
+    i = 0
+    while i < len(words):
+        flag, eq, value = words[i], "", ""
+        if flag.startswith("--"):
+            flag, eq, value = flag.partition("=")
+        if flag not in opts:
+            return None
+        dest, store_true, append, typ = opts[flag]
+        i += 1
+        if store_true:
+            if eq:
+                return None
+            values[dest] = True
+            continue
+        if not eq:
+            if i == len(words) or words[i].startswith("-"):
+                return None
+            value, i = words[i], i + 1
+        try:
+            v = typ(value)
+        except ValueError:
+            return None
+        if append:
+            values[dest].append(v)
+        else:
+            values[dest] = v
+    return SimpleNamespace(verb="serve", **values)
+
+
+_LIMITS = "limits (doc/reliability.md)"
+
+# `serve`'s options, in their order in the usage line, as argparse's add_argument takes
+# them; "group": _LIMITS puts one in that group of the help.  parse_serve reads the same.
+SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("-a", "--addr"), dict(action="append", default=[], help="listen on this dial string "
+                            "(repeatable): unix!PATH or tcp!HOST!PORT")),
+    (("--tools",), dict(help="tool search path, colon-separated (default: $OLLIE_TOOLS_PATH, "
+                        "else ~/.config/ollie/tools then the bundled data/tools)")),
+    (("--state",), dict(help="state directory (default $XDG_STATE_HOME/toolsrv)")),
+    (("--no-state",), dict(action="store_true", help="keep no state on disk")),
+    (("-D",), dict(dest="trace", action="store_true", help="print every 9P message")),
+    (("-v",), dict(dest="verbose", action="store_true", help="log more")),
+    (("--msize",), dict(type=int, default=65536 + 24)),
+    (("--listen-any",), dict(action="store_true",
+                             help="allow a non-loopback TCP address (needs --auth-secret)")),
+    (("--allow-uid",), dict(type=int, action="append", default=[],
+                            help="also accept Unix-socket peers with this uid")),
+    (("--timeout",), dict(type=float, default=30.0, help="default tool timeout, seconds")),
+    (("--max-runs",), dict(type=int, default=16, help="concurrent tool runs, server-wide")),
+    (("--run-as",), dict(default="nobody", help="uid tools run as when serving as root")),
+    (("--revwait-timeout",), dict(type=float, default=60.0)),
+    (("--auth-secret",), dict(metavar="FILE", help="TCP clients must prove this shared secret "
+                              "(9P Tauth); a mode-600 file of at least 16 bytes; required "
+                              "with --listen-any")),
+    *[((flag,), dict(type=typ, default=default, help=f"{what} (default {default})",
+                     group=_LIMITS)) for flag, typ, default, what in [
+        ("--max-conns", int, 512, "connections, server-wide"),
+        ("--max-conns-per-peer", int, 256, "connections per uid (Unix) or host (TCP)"),
+        ("--max-fids", int, 4096, "fids per connection"),
+        ("--max-inflight", int, 256, "outstanding requests per connection"),
+        ("--max-held", int, 64 << 20, "bytes a connection's fids may hold: unfinished "
+         "writes and read snapshots"),
+        ("--frame-timeout", float, 60.0, "seconds a partial frame may stall"),
+        ("--max-sessions", int, 10000, "sessions"),
+        ("--max-agents", int, 256, "agents per session"),
+        ("--max-queued", int, 1024, "calls waiting for a run slot"),
+        ("--max-args", int, 1 << 20, "bytes of one call's JSON args")]],
+    (("--mount",), dict(metavar="DIR", help="mount with 9pfuse on start, unmount on exit")),
+    (("--uvloop",), dict(action="store_true", help="run on uvloop (pip install "
+                         "'toolsrv[fast]'; also TOOLSRV_UVLOOP=1)")),
+]
+
+
 def _serve_parser(s: argparse.ArgumentParser) -> None:
-    s.add_argument("-a", "--addr", action="append", default=[],
-                   help="listen on this dial string (repeatable): unix!PATH or tcp!HOST!PORT")
-    s.add_argument("--tools", help="tool search path, colon-separated (default: "
-                   "$OLLIE_TOOLS_PATH, else ~/.config/ollie/tools then the bundled data/tools)")
-    s.add_argument("--state", help="state directory (default $XDG_STATE_HOME/toolsrv)")
-    s.add_argument("--no-state", action="store_true", help="keep no state on disk")
-    s.add_argument("-D", dest="trace", action="store_true", help="print every 9P message")
-    s.add_argument("-v", dest="verbose", action="store_true", help="log more")
-    s.add_argument("--msize", type=int, default=65536 + 24)
-    s.add_argument("--listen-any", action="store_true",
-                   help="allow a non-loopback TCP address (needs --auth-secret)")
-    s.add_argument("--allow-uid", type=int, action="append", default=[],
-                   help="also accept Unix-socket peers with this uid")
-    s.add_argument("--timeout", type=float, default=30.0, help="default tool timeout, seconds")
-    s.add_argument("--max-runs", type=int, default=16, help="concurrent tool runs, server-wide")
-    s.add_argument("--run-as", default="nobody", help="uid tools run as when serving as root")
-    s.add_argument("--revwait-timeout", type=float, default=60.0)
-    s.add_argument("--auth-secret", metavar="FILE",
-                   help="TCP clients must prove this shared secret (9P Tauth); a mode-600 "
-                        "file of at least 16 bytes; required with --listen-any")
-    lim = s.add_argument_group("limits (doc/reliability.md)")
-    for flag, typ, default, what in [
-            ("--max-conns", int, 512, "connections, server-wide"),
-            ("--max-conns-per-peer", int, 256, "connections per uid (Unix) or host (TCP)"),
-            ("--max-fids", int, 4096, "fids per connection"),
-            ("--max-inflight", int, 256, "outstanding requests per connection"),
-            ("--max-held", int, 64 << 20, "bytes a connection's fids may hold: unfinished "
-             "writes and read snapshots"),
-            ("--frame-timeout", float, 60.0, "seconds a partial frame may stall"),
-            ("--max-sessions", int, 10000, "sessions"),
-            ("--max-agents", int, 256, "agents per session"),
-            ("--max-queued", int, 1024, "calls waiting for a run slot"),
-            ("--max-args", int, 1 << 20, "bytes of one call's JSON args")]:
-        lim.add_argument(flag, type=typ, default=default, help=f"{what} (default {default})")
-    s.add_argument("--mount", metavar="DIR", help="mount with 9pfuse on start, unmount on exit")
-    s.add_argument("--uvloop", action="store_true",
-                   help="run on uvloop (pip install 'toolsrv[fast]'; also TOOLSRV_UVLOOP=1)")
+    lim = s.add_argument_group(_LIMITS)
+    for flags, kw in SERVE_OPTIONS:
+        kw = dict(kw)
+        (lim if kw.pop("group", None) else s).add_argument(*flags, **kw)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,6 +262,9 @@ def serve(args: Any) -> int:
     # classes, the registry) lives on, and the collector's passes over it took 3-5 ms
     # before the first request could be answered.  It resumes once started (below).
     gc.disable()
+    import_asyncio_without_ssl()
+    import asyncio
+
     from .app import App
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="toolsrv: %(message)s")
@@ -232,10 +312,29 @@ def serve(args: Any) -> int:
         gc.enable()             # had start-up failed before run() could
 
 
+def import_asyncio_without_ssl() -> None:
+    """Import asyncio with its module-level `ssl` left None: the server serves no TLS, and
+    `ssl` (OpenSSL's libraries loaded and linked) was 8-14 ms of the launch.  asyncio's
+    modules import it as `try: import ssl / except ImportError: ssl = None`, and only a TLS
+    transport (start_tls, an ssl= argument) reads the name, which then says "ssl module not
+    available".  The None in sys.modules that makes that import fail is there only while
+    asyncio imports: any later `import ssl` (uvloop, a library) works as usual.  Nothing is
+    done when asyncio or ssl is imported already (doc/performance.md, Start-up)."""
+    if "asyncio" in sys.modules or "ssl" in sys.modules:
+        return
+    sys.modules["ssl"] = None  # type: ignore[assignment]
+    try:
+        import asyncio  # noqa: F401
+    finally:
+        if "ssl" in sys.modules and sys.modules["ssl"] is None:
+            del sys.modules["ssl"]
+
+
 def use_uvloop(wanted: bool) -> None:
     """Install uvloop's event loop policy when wanted and installed (doc/performance.md)."""
     if not wanted:
         return
+    import asyncio
     try:
         import uvloop
     except ImportError:
