@@ -60,6 +60,35 @@ def test_first_run_banner(served):
         assert r.stdout
 
 
+def test_banner_examples_work_on_a_non_default_address():
+    """With -a, every example carries the address, after its verb, and works as printed."""
+    home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
+    env = {k: v for k, v in os.environ.items() if k not in ("OLLIE_TOOLS_PATH", "TOOLSRV_ADDR")}
+    env.update(HOME=home, NAMESPACE=os.path.join(home, "ns"),
+               XDG_STATE_HOME=os.path.join(home, "state"))
+    addr = f"unix!{home}/elsewhere/toolsrv"
+    p = subprocess.Popen(TOOLSRV + ["serve", "-a", addr], env=env, cwd=REPO,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        banner = []
+        for line in p.stderr:
+            banner.append(line)
+            if "agent/me/log" in line:
+                break
+        examples = [ln.strip() for ln in banner if ln.startswith("  toolsrv")]
+        assert len(examples) >= 3
+        for ex in examples:
+            assert f" -a '{addr}' " in ex, ex
+            r = subprocess.run(ex.replace("toolsrv", " ".join(TOOLSRV), 1), shell=True,
+                               env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, (ex, r.stderr)
+            assert r.stdout
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(20)
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_call_shortcut(served):
     env = served[0]
     r = run(env, "call", "c1", "bot", "file_write", '{"path": "x.txt", "content": "hi\\n"}')

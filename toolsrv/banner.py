@@ -23,22 +23,25 @@ def banner(app: Any) -> str:
     addr = str(app.addrs[0])
     a = "" if addr == str(dial.default_addr()) else f" -a '{addr}'"
     prog = _prog()
+
+    def cmd(verb: str, rest: str) -> str:     # -a is the verb's option: it follows the verb
+        return f"{prog} {verb}{a} {rest}"
     errors = [ln for ln in reg.errors_text().splitlines() if ln]
     lines = [f"toolsrv: serving on {', '.join(str(x) for x in app.addrs)}",
              f"toolsrv: {len(reg.tools)} tools loaded from {':'.join(getattr(reg, 'dirs', []))}",
              f"toolsrv: {len(errors)} in tools/errors"
-             + (f" (see: {prog}{a} read tools/errors)" if errors else "")]
+             + (f" (see: {cmd('read', 'tools/errors')})" if errors else "")]
     if app.runner is not None and hasattr(app.runner, "summary"):
         lines.append(f"toolsrv: sandbox: {app.runner.summary()}")
     lines.append("toolsrv: try, in another terminal:")
-    lines.append(f"  {prog}{a} read tools/index")
+    lines.append("  " + cmd("read", "tools/index"))
     if "file_write" in reg.tools and "file_read" in reg.tools:
-        lines += [f"  {prog}{a} call demo me file_write "
-                  "'{\"path\": \"hello.txt\", \"content\": \"hello from toolsrv\\n\"}'",
-                  f"  {prog}{a} call demo me file_read '{{\"path\": \"hello.txt\"}}'"]
+        lines += ["  " + cmd("call", "demo me file_write "
+                             "'{\"path\": \"hello.txt\", \"content\": \"hello from toolsrv\\n\"}'"),
+                  "  " + cmd("call", "demo me file_read '{\"path\": \"hello.txt\"}'")]
     elif reg.tools:
         t = sorted(reg.tools)[0]
-        lines += [f"  {prog}{a} read tools/{t}/prompt",
-                  f"  {prog}{a} call demo me {t} '{{...args...}}'"]
-    lines.append(f"  {prog}{a} read session/demo/agent/me/log")
+        lines += ["  " + cmd("read", f"tools/{t}/prompt"),
+                  "  " + cmd("call", f"demo me {t} '{{...args...}}'")]
+    lines.append("  " + cmd("read", "session/demo/agent/me/log"))
     return "\n".join(lines)

@@ -12,7 +12,6 @@
 # asking; without it, it prints each request and asks y/N on the terminal, one at a time.
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -140,6 +139,7 @@ def default_socket_path() -> str:
 
 def approve_main(argv: list[str]) -> int:
     """`toolsrv approve [--allow TOOL …] [--socket PATH]`: run the reference broker."""
+    import argparse    # here: the server imports this module, and argparse costs its launch
     p = argparse.ArgumentParser(prog="toolsrv approve",
                                 description="approve or refuse elevated tool calls")
     p.add_argument("--allow", nargs="+", metavar="TOOL", action="extend",
