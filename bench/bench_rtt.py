@@ -29,7 +29,7 @@ from .baselines import Diod, EchoProcess, free_port  # noqa: E402
 from .common import (  # noqa: E402
     HAVE_UVLOOP, NO_UVLOOP, ToolsrvProcess, finish, lat, make_tools_dir, parser, rate, row,
 )
-from .wire import Wire  # noqa: E402
+from .wire import RECV, Wire  # noqa: E402
 
 INFLIGHT = 16
 B = "rtt"
@@ -61,7 +61,7 @@ def inflight_window(w: Wire, frames: list[bytes], seconds: float) -> float:
     end = t0 + seconds
     stopping = False
     while outstanding:
-        data = sock.recv(1 << 20)
+        data = sock.recv(RECV)
         if not data:
             raise ConnectionError("server hung up")
         buf += data

@@ -114,7 +114,7 @@ class Client:
     def _read_loop(self) -> None:
         try:
             while True:
-                data = self.sock.recv(1 << 20)
+                data = self.sock.recv(self.msize)   # not more: recv allocates all it may get
                 if not data:
                     raise ConnectionError("server hung up")
                 for m in self.framer.feed(data):
