@@ -236,3 +236,34 @@ def test_walks_reuse_the_nodes_of_a_session_and_the_new_session_gets_new_ones():
             .lookup("tools").lookup("echo") is None
         assert not fresh[-1].alive()
     asyncio.run(go())
+
+
+def test_a_call_leaves_no_cyclic_garbage():
+    """Everything a call allocates is freed by reference counting when the call is over:
+    nothing waits for the cyclic collector, whose passes would then free a call's worth of
+    objects (0.3 ms each, every 20-30 calls, on the development VM)."""
+    import gc
+
+    async def go() -> list:
+        fs, p, t = await setup(GatedRunner())
+        for i in range(3):                         # warm: kept nodes, validators, qids
+            p.data_received(pipelined(b'{"warm": %d}' % i) + encode(Tclunk(5, 7)))
+            await turns()
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for i in range(20):
+                p.data_received(pipelined(b'{"x": %d}' % i))
+                await turns()
+                p.data_received(encode(Tclunk(5, 7)))
+            gc.collect()
+            garbage = [type(o).__name__ for o in gc.garbage]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+        assert len([m for m in t.replies() if type(m) is Rread]) == 23
+        return garbage
+
+    assert asyncio.run(go()) == []

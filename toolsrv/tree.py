@@ -68,8 +68,9 @@ class Pending:
         if self.done:
             return
         self.done = True
-        if self._then is not None:
-            self._then(value, exc)
+        then, self._then, self.on_cancel = self._then, None, None   # no cycle outlives it
+        if then is not None:
+            then(value, exc)
 
 
 class Qids:
