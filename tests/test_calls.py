@@ -411,3 +411,35 @@ def test_client_rdwr_stops_at_a_short_read_and_reads_on_after_a_full_one(capfd):
     finally:
         app.stop()
         app.cleanup()
+
+
+def test_client_rdwr_does_not_wait_for_the_clunk_and_reuses_fids_only_after_it(capfd):
+    """toolsrv.client's rdwr returns when the result is in; its Tclunk goes out unanswered
+    and the reader frees the tag and the fid when Rclunk comes.  Many calls in a row reuse
+    a few fids, each only once its clunk was answered, and leak no tag."""
+    from toolsrv.client import Client as TsClient
+    from proto import IOHDRSZ
+    d = tools_dir()
+    add_tool(d, "small", "#!/bin/sh\nexec cat\n", {"readOnly": True})
+    app = AppThread([d], trace=True).start()
+    try:
+        with TsClient.connect(app.addr, msize=8192 + IOHDRSZ) as c:
+            c.mkdir("session/s")
+            c.mkdir("session/s/agent/a")
+            c.rdwr("session/s/agent/a/ctl", b"tool_load small")
+            c.stat("session/s")                # the ctl's Rclunk is in by now
+            tags = len(c._free_tags)
+            capfd.readouterr()
+            for i in range(30):
+                assert c.rdwr("session/s/agent/a/tools/small/call", b'{"i": %d}' % i) == \
+                    b'{"i": %d}' % i
+            c.stat("session/s")                # a round trip: every Rclunk is in by now
+            trace = capfd.readouterr().err
+            n = trace.count("<- Tclunk")          # the 30 calls', stat's (and the ctl's)
+            assert n >= 31 and trace.count("-> Rclunk") == n
+            assert "unknown fid" not in trace and "fid in use" not in trace
+            assert len(c._free_tags) == tags   # every tag back
+            assert c._next_fid <= 4            # fids reused, not one per call
+    finally:
+        app.stop()
+        app.cleanup()

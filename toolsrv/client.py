@@ -120,6 +120,11 @@ class Client:
                 for m in self.framer.feed(data):
                     with self._lock:
                         slot = self._slots.get(m.tag)
+                        if slot is not None and slot[0] is None:   # a clunk nobody waits for
+                            del self._slots[m.tag]
+                            self._free_tags.append(m.tag)
+                            self._free_fids.append(slot[1])
+                            continue
                     if slot is not None:
                         slot[1] = m
                         slot[0].set()
@@ -127,7 +132,8 @@ class Client:
             self._dead = e
             with self._lock:
                 for slot in self._slots.values():
-                    slot[0].set()
+                    if slot[0] is not None:
+                        slot[0].set()
 
     def send(self, msg_for_tag: Any) -> tuple[int, list[Any]]:
         """Send a message built by `msg_for_tag(tag)`; returns (tag, slot)."""
@@ -201,6 +207,18 @@ class Client:
             with self._lock:
                 self._free_fids.append(fid)
 
+    def clunk_nowait(self, fid: int) -> None:
+        """Clunk without waiting for the reply: the reader frees the tag and the fid (for
+        reuse) when Rclunk comes.  A clunk cannot fail in a way the caller could act on:
+        the server forgets the fid whatever it answers."""
+        with self._lock:
+            if self._dead:
+                return                 # the connection, and with it the fid, is gone
+            tag = self._free_tags.pop()
+            self._slots[tag] = [None, fid]
+        with self._wlock:
+            self.sock.sendall(encode(Tclunk(tag, fid)))
+
     def walk(self, path: str) -> int:
         names = [p for p in path.split("/") if p not in ("", ".")]
         fid = self.newfid()
@@ -270,7 +288,8 @@ class Client:
         """Write data, then read the answer back on the same fid, until end of file.
 
         Twalk, Topen, Twrite and the first Tread go out in one write and are answered in
-        one round trip instead of four; then the clunk.  A first read shorter than asked is
+        one round trip instead of four; then the clunk, not waited for (the reader frees the
+        fid when Rclunk comes), so a call is one round trip.  A first read shorter than asked is
         the whole answer (toolsrv's files are snapshots: a read comes back short only at
         the end, toolsrv(4)); a full one is followed by reads to end of file.  This
         relies on toolsrv handling one connection's requests in order and on its writes
@@ -302,7 +321,7 @@ class Client:
                 return read.data
             return read.data + self.read_fid(fid, len(read.data))
         finally:
-            self.clunk(fid)
+            self.clunk_nowait(fid)
 
     def _rdwr_stepwise(self, path: str, data: bytes) -> bytes:
         fid = self.open(path, ORDWR)
