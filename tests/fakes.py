@@ -79,6 +79,35 @@ class FakeRegistry:
         pass
 
 
+class RecordingTransport:
+    """An asyncio transport that keeps every write, as the socket would have sent it."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def replies(self) -> list[Any]:
+        from proto.framing import Framer
+        return Framer(1 << 20).feed(b"".join(self.writes))
+
+
 class FakeRunner:
     """Echoes the args back, as a tool that cats its stdin would; no processes."""
 

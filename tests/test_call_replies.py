@@ -18,43 +18,14 @@ from proto import (
     IOHDRSZ, NOFID, NOTAG, ORDWR, Rerror, Rflush, Ropen, Rread, Rwalk, Rwrite, Tattach, Tclunk,
     Tflush, Topen, Tread, Tversion, Twalk, Twrite, encode,
 )
-from proto.framing import Framer
 from toolsrv.runner import RunResult
 from toolsrv.server import ServerConfig
 from toolsrv.transport import NinePProtocol
 
-from fakes import make_fs
+from fakes import RecordingTransport as Transport, make_fs
 
 MSIZE = 8192
 CALL = ("session", "s", "agent", "a", "tools", "echo", "call")
-
-
-class Transport:
-    """Keeps every write, as the socket would have sent it."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(bytes(data))
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def replies(self) -> list[Any]:
-        return Framer(1 << 20).feed(b"".join(self.writes))
 
 
 class GatedRunner:

@@ -2,6 +2,7 @@
 one-line `call`, the 9p(1)-like verbs, `mount` without 9pfuse, the example script."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -16,24 +17,52 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOLSRV = [sys.executable, "-m", "toolsrv"]
 
 
-@pytest.fixture(scope="module")
-def served():
+@contextlib.contextmanager
+def serving(*args: str, **env_extra: str):
+    """`toolsrv serve ARGS` with a home of its own, until its banner has been printed:
+    (env, banner, process).  Stopped with SIGTERM afterwards; its exit status is then in
+    process.returncode."""
     home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
     env = {k: v for k, v in os.environ.items() if k not in ("OLLIE_TOOLS_PATH", "TOOLSRV_ADDR")}
     env.update(HOME=home, NAMESPACE=os.path.join(home, "ns"),
-               XDG_STATE_HOME=os.path.join(home, "state"))
-    p = subprocess.Popen(TOOLSRV + ["serve"], env=env, cwd=REPO, stderr=subprocess.PIPE,
-                         text=True)
-    banner = []
-    for line in p.stderr:                     # the banner ends with the log example
-        banner.append(line)
-        if "agent/me/log" in line:
-            break
-    yield env, "".join(banner), p
-    p.send_signal(signal.SIGTERM)
-    rc = p.wait(20)
-    shutil.rmtree(home, ignore_errors=True)
-    assert rc == 0
+               XDG_STATE_HOME=os.path.join(home, "state"), **env_extra)
+    p = subprocess.Popen(TOOLSRV + ["serve", *args], env=env, cwd=REPO,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        banner = []
+        for line in p.stderr:                 # the banner ends with the log example
+            banner.append(line)
+            if "agent/me/log" in line:
+                break
+        yield env, "".join(banner), p
+    finally:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def served():
+    with serving() as s:
+        yield s
+    assert s[2].returncode == 0
+
+
+def banner_examples(env: dict, banner: str) -> list[str]:
+    """The example commands the banner offers, each run as printed: every one must work."""
+    examples = [ln.strip() for ln in banner.splitlines() if ln.startswith("  toolsrv")]
+    assert len(examples) >= 3
+    for ex in examples:
+        r = subprocess.run(ex.replace("toolsrv", " ".join(TOOLSRV), 1), shell=True, env=env,
+                           cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (ex, r.stderr)
+        assert r.stdout
+    return examples
 
 
 def run(env, *args, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -50,43 +79,16 @@ def test_first_run_banner(served):
     n = int(banner.split(" tools loaded")[0].rsplit("toolsrv: ", 1)[1])
     errors = int(banner.split(" in tools/errors")[0].rsplit("toolsrv: ", 1)[1])
     assert n + errors == bundled and n >= 5
-    examples = [ln.strip() for ln in banner.splitlines() if ln.startswith("  toolsrv")]
-    assert len(examples) >= 3
-    # every example the banner offers works, as printed
-    for ex in examples:
-        r = subprocess.run(ex.replace("toolsrv", " ".join(TOOLSRV), 1), shell=True, env=env,
-                           cwd=REPO, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, (ex, r.stderr)
-        assert r.stdout
+    banner_examples(env, banner)
 
 
 def test_banner_examples_work_on_a_non_default_address():
     """With -a, every example carries the address, after its verb, and works as printed."""
-    home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
-    env = {k: v for k, v in os.environ.items() if k not in ("OLLIE_TOOLS_PATH", "TOOLSRV_ADDR")}
-    env.update(HOME=home, NAMESPACE=os.path.join(home, "ns"),
-               XDG_STATE_HOME=os.path.join(home, "state"))
-    addr = f"unix!{home}/elsewhere/toolsrv"
-    p = subprocess.Popen(TOOLSRV + ["serve", "-a", addr], env=env, cwd=REPO,
-                         stderr=subprocess.PIPE, text=True)
-    try:
-        banner = []
-        for line in p.stderr:
-            banner.append(line)
-            if "agent/me/log" in line:
-                break
-        examples = [ln.strip() for ln in banner if ln.startswith("  toolsrv")]
-        assert len(examples) >= 3
-        for ex in examples:
-            assert f" -a '{addr}' " in ex, ex
-            r = subprocess.run(ex.replace("toolsrv", " ".join(TOOLSRV), 1), shell=True,
-                               env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
-            assert r.returncode == 0, (ex, r.stderr)
-            assert r.stdout
-    finally:
-        p.send_signal(signal.SIGTERM)
-        p.wait(20)
-        shutil.rmtree(home, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="elsewhere.", dir="/tmp") as d:
+        addr = f"unix!{d}/toolsrv"
+        with serving("-a", addr) as (env, banner, _):
+            for ex in banner_examples(env, banner):
+                assert f" -a '{addr}' " in ex, ex
 
 
 def test_call_shortcut(served):
@@ -230,23 +232,10 @@ def test_serve_on_uvloop():
     """uvloop (optional for users, in the test extra) imports ssl itself, after asyncio:
     serving on it still works."""
     import uvloop  # noqa: F401  (the test extra installs it: this test never skips)
-    home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
-    env = dict(os.environ, HOME=home, NAMESPACE=os.path.join(home, "ns"),
-               XDG_STATE_HOME=os.path.join(home, "state"), TOOLSRV_UVLOOP="1")
-    p = subprocess.Popen(TOOLSRV + ["serve"], env=env, cwd=REPO, stderr=subprocess.PIPE,
-                         text=True)
-    try:
-        for line in p.stderr:
-            if "serving on" in line:
-                break
+    with serving(TOOLSRV_UVLOOP="1") as (env, _, p):
         r = run(env, "read", "revision")
         assert r.returncode == 0 and r.stdout.strip(), r.stderr
-        p.send_signal(signal.SIGTERM)
-        assert p.wait(20) == 0
-    finally:
-        if p.poll() is None:
-            p.kill()
-        shutil.rmtree(home, ignore_errors=True)
+    assert p.returncode == 0
 
 
 @pytest.mark.parametrize("words", [

@@ -245,18 +245,9 @@ class AgentDir(FixedDir):
         self.NAMES = files.NAMES if files is not None else ()
 
     def key(self, *rest: Any) -> int:
-        """The qid path of one of the agent's files; remembered by the agent, so a walk
-        through its directory builds no long keys."""
-        a = self.a
-        paths = a.extra.get("qpaths")
-        if paths is None:
-            paths = a.extra["qpaths"] = {}
-        p = paths.get(rest)
-        if p is None:
-            s = a.session
-            p = paths[rest] = self.fs.q("session", s.name, s.serial, "agent", a.name,
-                                        a.serial, *rest)
-        return p
+        """The qid path of one of the agent's files (built once: the nodes are kept)."""
+        a, s = self.a, self.a.session
+        return self.fs.q("session", s.name, s.serial, "agent", a.name, a.serial, *rest)
 
     def alive(self) -> bool:
         return self.a.alive

@@ -162,13 +162,8 @@ class Conn:
         me = asyncio.current_task()
         try:
             r = later.post(await later.aw)
-        except asyncio.CancelledError:
-            r = Rerror(tag, E.EINTR)
-        except P9Error as e:
-            r = Rerror(tag, e.ename)
-        except Exception:
-            log.exception("%s: request tag %d failed", self.name, tag)
-            r = Rerror(tag, E.EINTERNAL)
+        except (asyncio.CancelledError, Exception) as e:
+            r = self._failed(tag, e)
         if self.inflight.get(tag) is me:
             self._respond(tag, r)
 
@@ -176,18 +171,23 @@ class Conn:
         """A Pending's outcome: the reply, unless the request was aborted meanwhile."""
         if self.inflight.get(tag) is not later.aw:
             return
-        try:
-            if exc is not None:
-                raise exc
-            r = later.post(value)
-        except asyncio.CancelledError:
-            r = Rerror(tag, E.EINTR)
-        except P9Error as e:
-            r = Rerror(tag, e.ename)
-        except Exception:
-            log.exception("%s: request tag %d failed", self.name, tag)
-            r = Rerror(tag, E.EINTERNAL)
+        if exc is not None:
+            r = self._failed(tag, exc)
+        else:
+            try:
+                r = later.post(value)
+            except Exception as e:
+                r = self._failed(tag, e)
         self._respond(tag, r)
+
+    def _failed(self, tag: int, e: BaseException) -> Rerror:
+        """The reply to a request that ended in `e` after waiting (a task's or a Pending's)."""
+        if isinstance(e, asyncio.CancelledError):
+            return Rerror(tag, E.EINTR)
+        if isinstance(e, P9Error):
+            return Rerror(tag, e.ename)
+        log.error("%s: request tag %d failed", self.name, tag, exc_info=e)
+        return Rerror(tag, E.EINTERNAL)
 
     def _cancelled_early(self, tag: int, task: asyncio.Task, aw: Any) -> None:
         """A task flushed before it ever ran still owes its reply."""

@@ -55,20 +55,16 @@ class Calls:
         return TextFile("schemas", q, d, lambda: json_text(self.schemas(a)),
                         quiet_remove=True)
 
-    def _tool_dirs(self, td: Dir_, d: AgentDir) -> list[Node]:
-        return [ToolCallDir(n, d.key("tool", n), td, self, d.a, d)
-                for n in d.a.loaded if self.registry.get(n) is not None]
+    def _tool_dirs(self, td: AgentToolsDir, d: AgentDir) -> list[Node]:
+        return [n for n in (self._tool_dir(td, d, name) for name in d.a.loaded)
+                if n is not None]
 
-    def _tool_dir(self, td: Dir_, d: AgentDir, name: str) -> Node | None:
-        a = d.a
-        if name not in a.loaded or self.registry.get(name) is None:
+    def _tool_dir(self, td: AgentToolsDir, d: AgentDir, name: str) -> Node | None:
+        if name not in d.a.loaded or self.registry.get(name) is None:
             return None
-        kept = a.extra.get("tooldirs")          # see tree.py: kept nodes
-        if kept is None:
-            kept = a.extra["tooldirs"] = {}
-        node = kept.get(name)
-        if node is None or node.parent is not td:
-            node = kept[name] = ToolCallDir(name, d.key("tool", name), td, self, a, d)
+        node = td.kept.get(name)                 # kept by the directory: see tree.py
+        if node is None:
+            node = td.kept[name] = ToolCallDir(name, d.key("tool", name), td, self, d.a, d)
         return node
 
     def schemas(self, a: Agent) -> list[dict]:
@@ -317,6 +313,7 @@ class AgentToolsDir(QuietDir):
     def __init__(self, name: str, qpath: int, parent: Node, entries: Any, one: Any) -> None:
         super().__init__(name, qpath, parent, entries)
         self._one = one
+        self.kept: dict[str, Node] = {}     # the tool directories built, by name
 
     def lookup(self, name: str) -> Node | None:
         return self._one(self, name)
