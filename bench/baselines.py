@@ -5,7 +5,10 @@
   Driven by the same client and the same 9P frames as toolsrv, it is the floor for any
   Python server: toolsrv's figure over this one is the price of 9P decoding, dispatch and
   encoding.  Run as its own process: `python -m bench.baselines echo PATH`.  `blob` answers
-  each request frame with a 64 KiB Rread instead: the floor for bulk reads.
+  each request frame with a 64 KiB Rread instead: the floor for bulk reads.  `--burn-us N`
+  makes the echo spend N us of CPU per whole request frame before it answers: a server
+  exactly as costly as the one measured, with none of its code, so a tail that comes with
+  the cost itself (the host's wake-ups, not the server's code) shows up in it too.
 - `spawn_echo`: a plain `asyncio.create_subprocess_exec` of the tool, JSON on stdin, stdout
   read back: the spawn floor, no sandbox, no server.
 - `Diod`: Debian's diod (C, 9P2000.L) exporting a directory on loopback TCP, where installed.
@@ -62,9 +65,36 @@ class _Blob(asyncio.Protocol):
             self.transport.write(self.REPLY * n)
 
 
-async def _serve_echo(path: str, blob: bool = False) -> None:
+class _Burn(asyncio.Protocol):
+    """Echoes whole request frames after burning `per_frame` seconds of CPU for each."""
+
+    per_frame = 0.0
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport, self.buf = transport, bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos, n = 0, 0
+        while len(buf) - pos >= 4 and len(buf) - pos >= int.from_bytes(buf[pos:pos + 4], "little"):
+            pos += int.from_bytes(buf[pos:pos + 4], "little")
+            n += 1
+        if n:
+            clock = time.thread_time           # CPU time: a preempted echo burns no less
+            end = clock() + n * self.per_frame
+            while clock() < end:
+                pass
+            self.transport.write(bytes(buf[:pos]))
+            del buf[:pos]
+
+
+async def _serve_echo(path: str, blob: bool = False, burn_us: float = 0.0) -> None:
     loop = asyncio.get_running_loop()
-    srv = await loop.create_unix_server(_Blob if blob else _Echo, path)
+    proto: Any = _Blob if blob else _Echo
+    if burn_us:
+        proto = type("_BurnN", (_Burn,), {"per_frame": burn_us / 1e6})
+    srv = await loop.create_unix_server(proto, path)
     async with srv:
         await srv.serve_forever()
 
@@ -72,11 +102,12 @@ async def _serve_echo(path: str, blob: bool = False) -> None:
 class EchoProcess:
     """The raw asyncio echo server in its own process."""
 
-    def __init__(self, uvloop: bool = False, blob: bool = False) -> None:
+    def __init__(self, uvloop: bool = False, blob: bool = False, burn_us: float = 0.0) -> None:
         self.tmp = tempfile.mkdtemp(prefix="bench-echo.", dir="/tmp")
         self.path = f"{self.tmp}/echo"
         argv = [PY, "-m", "bench.baselines", "blob" if blob else "echo", self.path]
         argv += ["--uvloop"] if uvloop else []
+        argv += ["--burn-us", f"{burn_us:.1f}"] if burn_us else []
         self.proc = subprocess.Popen(argv, cwd=str(REPO), stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while not os.path.exists(self.path):
@@ -195,6 +226,7 @@ if __name__ == "__main__":
         if "--uvloop" in sys.argv:
             import uvloop
             asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-        asyncio.run(_serve_echo(sys.argv[2], sys.argv[1] == "blob"))
+        burn = float(sys.argv[sys.argv.index("--burn-us") + 1]) if "--burn-us" in sys.argv else 0
+        asyncio.run(_serve_echo(sys.argv[2], sys.argv[1] == "blob", burn))
     else:
-        sys.exit("usage: python -m bench.baselines echo|blob PATH [--uvloop]")
+        sys.exit("usage: python -m bench.baselines echo|blob PATH [--uvloop] [--burn-us N]")

@@ -11,7 +11,12 @@ trip each are measured too, informative.
 Figures and their baselines, all measured in this run:
   own cost    rdwr through bench/nullserver.py (the real server with a runner that returns at
               once: 9P + validation + scheduling + bookkeeping, no spawn, no sandbox), against
-              an MCP stdio no-op tool call: target < 0.5 ms median, < 1 ms p99.
+              an MCP stdio no-op tool call: target < 0.5 ms median, < 1 ms p99.  Informative
+              beside it: the raw asyncio echo of the same exchange (the Python floor); the
+              same echo burning as much CPU per call as the null server (measured in this
+              run), which shows the tail any server that costly gets on this host; and the
+              own cost with the client and the server pinned to one CPU (no wake-up of an
+              idle virtual CPU between the two: doc/performance.md, "The tail").
   sandboxed   rdwr of the /bin/sh JSON echo through the real server (Landlock, PID namespace,
               uid switch), against the same tool behind MCP over stdio, unsandboxed: target
               no slower (ratio <= 1).
@@ -41,7 +46,7 @@ if __package__ in (None, ""):
 
 from toolsrv.client import Client  # noqa: E402
 
-from .baselines import spawn_echo  # noqa: E402
+from .baselines import EchoProcess, spawn_echo  # noqa: E402
 from .common import (  # noqa: E402
     ECHO_META, HAVE_UVLOOP, NO_UVLOOP, PAYLOAD, PY_ECHO, ToolsrvProcess, cpu_s,
     descendants_cpu_s, find_child, finish, lat, make_tools_dir, one, parser, rate, row,
@@ -81,6 +86,32 @@ def timed(fn: Callable[[], object], n: int) -> list[float]:
         fn()
         out.append(pc() - t)
     return out
+
+
+def seq_exchange(w: Wire, n: int) -> list[float]:
+    """rdwr's pipelined exchange against a raw echo: the same client work, no server."""
+    names, out, pc = call_path("a0"), [], time.perf_counter
+    for _ in range(n):
+        t = pc()
+        w.exchange(7, names, PAYLOAD, True)
+        out.append(pc() - t)
+    return out
+
+
+def on_one_cpu(pids: list[int], fn: Callable[[], list[float]]) -> list[float]:
+    """fn() with this thread and the threads `pids` pinned to one CPU, then unpinned;
+    nothing (no samples) on a one-CPU machine."""
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        return []
+    one = {min(cpus)}
+    for pid in [0, *pids]:
+        os.sched_setaffinity(pid, one)
+    try:
+        return fn()
+    finally:
+        for pid in [0, *pids]:
+            os.sched_setaffinity(pid, cpus)
 
 
 async def seq_async(fn: Callable[[], Awaitable[object]], n: int) -> list[float]:
@@ -182,6 +213,7 @@ async def run(opts: object, tools: str) -> list[dict]:
     real = ToolsrvProcess(tools).start()
     direct = await Direct().start(tools)
     mcp_cm = None
+    echo = burn = None
     try:
         setup_agents(null, 1)
         if null_uv is not None:
@@ -201,12 +233,25 @@ async def run(opts: object, tools: str) -> list[dict]:
         except ImportError:
             mcp = None
         seq_rdwr(wn, 200)
-        seq_rdwr(wn, 200, True)
+        n_warm = 300 if q else 1000
+        c0 = cpu_s(null.pid)
+        seq_rdwr(wn, n_warm, True)
+        srv_cpu = (cpu_s(null.pid) - c0) / n_warm
+        echo = EchoProcess()
+        we = Wire.unix(echo.path)
+        c0 = cpu_s(echo.proc.pid)
+        seq_exchange(we, n_warm)
+        echo_cpu = (cpu_s(echo.proc.pid) - c0) / n_warm
+        burn_us = max(0.0, srv_cpu - echo_cpu) / 5 * 1e6     # per frame, 5 frames a call
+        burn = EchoProcess(burn_us=burn_us)
+        wb = Wire.unix(burn.path)
+        seq_exchange(wb, 200)
         seq_rdwr(wr, 20, True)
         await seq_async(direct.call, 20)
         s: dict[str, list[float]] = {k: [] for k in ("own", "own_step", "mcp_noop", "real",
                                                       "direct", "mcp_sh", "cli", "cli_step",
-                                                      "own_uv", "py")}
+                                                      "own_uv", "py", "echo", "burn",
+                                                      "own_pin")}
         py_path = call_path("a1")[:-2] + ("pyecho", "call")
         cli = Client.connect(null.addr)
         cpath = "/".join(call_path("a0"))
@@ -217,6 +262,9 @@ async def run(opts: object, tools: str) -> list[dict]:
             c0 = cpu_s(null.pid)
             s["own"] += seq_rdwr(wn, n_seq // rounds, True)
             cpu["own"] += cpu_s(null.pid) - c0
+            s["echo"] += seq_exchange(we, n_seq // rounds)
+            s["burn"] += seq_exchange(wb, n_seq // rounds)
+            s["own_pin"] += on_one_cpu([null.pid], lambda: seq_rdwr(wn, n_seq // rounds, True))
             s["own_step"] += seq_rdwr(wn, n_seq // rounds)
             if wu is not None:
                 s["own_uv"] += seq_rdwr(wu, n_seq // rounds, True)
@@ -232,8 +280,8 @@ async def run(opts: object, tools: str) -> list[dict]:
                 s["mcp_noop"] += await seq_async(lambda: noop_call(mcp), n_seq // rounds)
                 cpu["mcp_noop"] += cpu_s(mcp_pid) - c0
                 s["mcp_sh"] += await seq_async(lambda: echo_call(mcp), n_seq // 4 // rounds)
-        wn.close()
-        wr.close()
+        for w in (wn, wr, we, wb):
+            w.close()
         if wu is not None:
             wu.close()
         cli.close()
@@ -248,6 +296,21 @@ async def run(opts: object, tools: str) -> list[dict]:
                         "MCP server CPU per no-op call",
                         one(cpu["mcp_noop"] / per * 1e3) if mcp_pid else None, "informative",
                         None, "user+system time of the server process over the sequential calls"))
+        rows.append(row(B, "own cost per call (client_9p rdwr, null runner)", "ms", L["own"],
+                        "raw asyncio echo of the same 5 frames", L["echo"], "informative", None,
+                        "the floor for a Python server: the same client, the same two round "
+                        "trips"))
+        rows.append(row(B, "own cost per call (client_9p rdwr, null runner)", "ms", L["own"],
+                        "echo burning the same CPU per call", L["burn"], "informative", None,
+                        f"the raw echo spends {burn_us * 5e-3:.3f} ms of CPU per call before it "
+                        "answers (the null server's CPU per call, measured in this run, less the "
+                        "plain echo's): the tail any server that costly gets on this host"))
+        if L["own_pin"] is not None:
+            rows.append(row(B, "own cost per call, client and server on one CPU", "ms",
+                            L["own_pin"], "client and server free to move", L["own"],
+                            "informative", None,
+                            "the client thread and the server's loop thread pinned to one CPU: "
+                            "no wake-up of an idle virtual CPU (doc/performance.md)"))
         rows.append(row(B, "own cost, one RPC at a time", "ms", L["own_step"],
                         "client_9p rdwr (pipelined)", L["own"], "informative", None,
                         "walk, open, write, read, clunk: five round trips instead of two"))
@@ -298,6 +361,9 @@ async def run(opts: object, tools: str) -> list[dict]:
         if mcp_cm is not None:
             await mcp_cm.__aexit__(None, None, None)
         await direct.close()
+        for p in (echo, burn):
+            if p is not None:
+                p.stop()
         null.stop()
         if null_uv is not None:
             null_uv.stop()

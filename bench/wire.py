@@ -96,7 +96,13 @@ class Wire:
         self.rpc(Tattach(1, 0, NOFID, uname, aname))
 
     def rdwr(self, fid: int, names: Sequence[str], data: bytes, pipelined: bool = False) -> bytes:
-        """client_9p's rdwr on `names` from the root fid 0, using `fid`."""
+        """client_9p's rdwr on `names` from the root fid 0, using `fid`: what it read."""
+        return self.exchange(fid, names, data, pipelined)[3].data
+
+    def exchange(self, fid: int, names: Sequence[str], data: bytes, pipelined: bool = False
+                 ) -> list[Message]:
+        """rdwr's five messages and their five replies (a raw echo's replies are the
+        requests themselves: the same client work against any server)."""
         count = self.msize - IOHDRSZ
         msgs = [Twalk(1, 0, fid, tuple(names)), Topen(2, fid, ORDWR),
                 Twrite(3, fid, 0, data), Tread(4, fid, 0, count)]
@@ -107,8 +113,7 @@ class Wire:
             replies = [self.rpc(m) for m in msgs]
         for r in replies:
             _check(r)
-        self.rpc(Tclunk(5, fid))
-        return replies[3].data
+        return replies + [self.rpc(Tclunk(5, fid))]
 
     def close(self) -> None:
         self.sock.close()
