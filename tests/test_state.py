@@ -104,3 +104,65 @@ def test_private_directory_of_an_earlier_server_with_our_pid_is_not_reused(tmp_p
     s = store.create("s")
     assert s.cwd == str(work / f"s.{os.getpid()}.4") and os.listdir(s.cwd) == []
     assert all((work / f"s.{os.getpid()}.{n}" / "theirs").exists() for n in (1, 2, 3))
+
+
+def test_saved_file_is_always_the_whole_state(tmp_path, monkeypatch):
+    """Each save re-encodes only the session it changed (SessionStore._encode): after any
+    sequence of changes, failed saves and undone changes among them, the file holds exactly
+    what a full encoding of the state would, and a new store restores the same state."""
+    import random
+
+    from toolsrv.sessions import SessionStore
+
+    def full(store):
+        return json.loads(json.dumps(store.snapshot()))
+
+    st = SessionStore(str(tmp_path / "state"), str(tmp_path / "work"))
+    path = tmp_path / "state" / "state.json"
+    rng = random.Random(7)
+    real_fsync, fail = os.fsync, [False]
+
+    def fsync(fd):
+        if fail[0]:
+            raise OSError(28, "No space left on device")
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    save, saved = st.save, [False]
+
+    def recorded(changed=None):
+        saved[0] = save(changed)
+        return saved[0]
+    st.save = recorded
+    for step in range(400):
+        fail[0], saved[0] = rng.random() < 0.1, False
+        names = list(st.sessions)
+        op = rng.choice(["mk", "mk", "rm", "agent", "rmagent", "load", "cwd", "sandbox"])
+        try:
+            if op == "mk" or not names:
+                st.create(f"s{rng.randrange(12)}")
+            elif op == "rm":
+                st.remove(rng.choice(names))
+            else:
+                s = st.sessions[rng.choice(names)]
+                if op == "agent":
+                    st.create_agent(s, f"a{rng.randrange(4)}")
+                elif op == "rmagent" and s.agents:
+                    st.remove_agent(s, rng.choice(list(s.agents)))
+                elif op == "load" and s.agents:
+                    a = rng.choice(list(s.agents.values()))
+                    a.loaded.append(f"t{step}")        # what ctl's tool_load does, then saves
+                    st.save(s)
+                elif op == "cwd":
+                    st.set_cwd(s, str(tmp_path))
+                elif op == "sandbox":
+                    st.set_sandbox(s, rng.choice(["default", "net"]))
+        except Exception as e:
+            assert "not saved" in str(e) or "exists" in str(e) or "not found" in str(e), e
+        if saved[0]:
+            assert json.loads(path.read_text()) == full(st), f"step {step}: {op}"
+    fail[0] = False
+    st.save(next(iter(st.sessions.values()), None))
+    assert json.loads(path.read_text()) == full(st)
+    again = SessionStore(str(tmp_path / "state"), str(tmp_path / "work"))
+    assert again.restore() == []
+    assert full(again) == full(st)

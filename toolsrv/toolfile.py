@@ -106,7 +106,7 @@ class Calls:
                 self.sched.kill(a, set(names))
             a.note(f"ctl {verb} {' '.join(names)} -> ok")
         if any(v != "cancel" for v, _ in cmds):
-            self.store.save()
+            self.store.save(a.session)
 
     # -- call --
     def begin(self, a: Agent, tool_name: str, args: Any) -> Call:
