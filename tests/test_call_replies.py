@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from proto import (
-    IOHDRSZ, NOFID, NOTAG, ORDWR, Rerror, Rflush, Ropen, Rread, Rwalk, Rwrite, Tattach, Tclunk,
+    IOHDRSZ, NOFID, NOTAG, OREAD, ORDWR, Rerror, Rflush, Ropen, Rread, Rwalk, Rwrite, Tattach, Tclunk,
     Tflush, Topen, Tread, Tversion, Twalk, Twrite, encode,
 )
 from toolsrv.runner import RunResult
@@ -159,6 +159,34 @@ def test_two_readers_of_one_call_both_get_the_result():
         await turns()
         reads = {m.tag: m.data for m in t.replies() if type(m) is Rread}
         assert reads == {4: b'{"x": 5}', 5: b'{"x": 5}'[:10]}
+    asyncio.run(go())
+
+
+def test_a_read_of_out_waits_for_the_run_and_its_flush_leaves_the_run_alone():
+    async def go() -> None:
+        runner = GatedRunner()
+        runner.gate = asyncio.Event()
+        fs, p, t = await setup(runner)
+        p.data_received(pipelined(b'{"x": 6}'))
+        out = CALL[:-1] + ("out",)
+        p.data_received(encode(Twalk(10, 0, 8, out)) + encode(Topen(11, 8, OREAD)) +
+                        encode(Tread(12, 8, 0, 100)))
+        await turns()
+        call = fs.agent_files.latest(fs.store.sessions["s"].agents["a"])["echo"]
+        assert len(call.waiters) == 2                 # the call's reader and out's
+        t.writes.clear()
+        p.data_received(encode(Tflush(13, 12)))
+        await turns()
+        r = t.replies()
+        assert [(type(m), m.tag) for m in r] == [(Rerror, 12), (Rflush, 13)]
+        assert runner.killed == 0 and len(call.waiters) == 1   # no waiter left behind
+        p.data_received(encode(Tread(14, 8, 0, 100)))
+        await turns()
+        runner.gate.set()
+        await turns()
+        reads = {m.tag: m.data for m in t.replies() if type(m) is Rread}
+        assert reads == {4: b'{"x": 6}', 14: b'{"x": 6}'}
+        assert call.waiters == []
     asyncio.run(go())
 
 

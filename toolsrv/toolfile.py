@@ -340,12 +340,17 @@ class StreamFile(Node):
         call = self.parent.latest()
         if call is None or call.done.is_set():
             return snapshot_read(fid, lambda: self._data(call), offset, count)
-        return self._wait(fid, call, offset, count)
 
-    async def _wait(self, fid: Any, call: Call, offset: int, count: int) -> bytes:
-        await call.done.wait()
-        fid.aux["snapshot"] = data = self._data(call)
-        return data[offset:offset + count]
+        def ended() -> None:       # the call's end answers the read (no task per reader)
+            fid.aux["snapshot"] = data = self._data(call)
+            p.give(data[offset:offset + count])
+
+        def flushed() -> None:     # a flushed read leaves the run alone, and no waiter behind
+            if ended in call.waiters:
+                call.waiters.remove(ended)
+        p = Pending(flushed)
+        call.waiters.append(ended)
+        return p
 
     def remove(self) -> None:
         return None
