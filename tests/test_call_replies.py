@@ -190,6 +190,31 @@ def test_a_read_of_out_waits_for_the_run_and_its_flush_leaves_the_run_alone():
     asyncio.run(go())
 
 
+def test_hang_up_of_an_out_reader_leaves_the_run_and_no_waiter():
+    async def go() -> None:
+        runner = GatedRunner()
+        runner.gate = asyncio.Event()
+        fs, p, t = await setup(runner)
+        p.data_received(pipelined(b'{"x": 7}'))      # the caller, on this connection
+        await turns()
+        call = fs.agent_files.latest(fs.store.sessions["s"].agents["a"])["echo"]
+        q, u = NinePProtocol(fs, ServerConfig(msize=MSIZE), set()), Transport()
+        q.connection_made(u)                          # a second connection reads out
+        q.data_received(encode(Tversion(NOTAG, MSIZE, "9P2000")) +
+                        encode(Tattach(1, 0, NOFID, "watcher", "")) +
+                        encode(Twalk(2, 0, 8, CALL[:-1] + ("out",))) +
+                        encode(Topen(3, 8, OREAD)) + encode(Tread(4, 8, 0, 100)))
+        await turns()
+        assert len(call.waiters) == 2
+        q.connection_lost(None)
+        await turns()
+        assert runner.killed == 0 and len(call.waiters) == 1
+        runner.gate.set()
+        await turns()
+        assert [m.data for m in t.replies() if type(m) is Rread] == [b'{"x": 7}']
+    asyncio.run(go())
+
+
 @pytest.mark.parametrize("args, stdin", [
     ('{"s": "caf\u00e9"}', '{"s": "caf\u00e9"}'.encode()),      # UTF-8 as written
     ('{"s": "\\ud800"}', b'{"s": "\\ud800"}'),                  # a lone surrogate: escaped
