@@ -54,15 +54,20 @@ class _Blob(asyncio.Protocol):
         self.transport, self.buf = transport, bytearray()
 
     def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        pos, n = 0, 0
-        while len(buf) - pos >= 4 and len(buf) - pos >= int.from_bytes(buf[pos:pos + 4], "little"):
-            pos += int.from_bytes(buf[pos:pos + 4], "little")
-            n += 1
-        del buf[:pos]
+        self.buf += data
+        pos, n = _whole_frames(self.buf)
+        del self.buf[:pos]
         if n:
             self.transport.write(self.REPLY * n)
+
+
+def _whole_frames(buf: bytearray) -> tuple[int, int]:
+    """(bytes, count) of the whole 9P frames at the start of buf."""
+    pos, n = 0, 0
+    while len(buf) - pos >= 4 and len(buf) - pos >= int.from_bytes(buf[pos:pos + 4], "little"):
+        pos += int.from_bytes(buf[pos:pos + 4], "little")
+        n += 1
+    return pos, n
 
 
 class _Burn(asyncio.Protocol):
@@ -74,19 +79,15 @@ class _Burn(asyncio.Protocol):
         self.transport, self.buf = transport, bytearray()
 
     def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        pos, n = 0, 0
-        while len(buf) - pos >= 4 and len(buf) - pos >= int.from_bytes(buf[pos:pos + 4], "little"):
-            pos += int.from_bytes(buf[pos:pos + 4], "little")
-            n += 1
+        self.buf += data
+        pos, n = _whole_frames(self.buf)
         if n:
             clock = time.thread_time           # CPU time: a preempted echo burns no less
             end = clock() + n * self.per_frame
             while clock() < end:
                 pass
-            self.transport.write(bytes(buf[:pos]))
-            del buf[:pos]
+            self.transport.write(bytes(self.buf[:pos]))
+            del self.buf[:pos]
 
 
 async def _serve_echo(path: str, blob: bool = False, burn_us: float = 0.0) -> None:

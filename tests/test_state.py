@@ -166,3 +166,15 @@ def test_saved_file_is_always_the_whole_state(tmp_path, monkeypatch):
     again = SessionStore(str(tmp_path / "state"), str(tmp_path / "work"))
     assert again.restore() == []
     assert full(again) == full(st)
+
+
+def test_a_cwd_with_undecodable_bytes_is_saved_and_restored(tmp_path):
+    from toolsrv.sessions import SessionStore
+    odd = os.path.join(os.fsencode(tmp_path), b"caf\xe9")     # Latin-1, not UTF-8
+    os.mkdir(odd)
+    st = SessionStore(str(tmp_path / "state"), str(tmp_path / "work"))
+    s = st.create("s")
+    st.set_cwd(s, os.fsdecode(odd))                              # "caf\udce9"
+    again = SessionStore(str(tmp_path / "state"), str(tmp_path / "work"))
+    assert again.restore() == []
+    assert os.fsencode(again.sessions["s"].cwd) == odd

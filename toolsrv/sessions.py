@@ -97,7 +97,7 @@ class Session(Plain):
         self.node: Any = None     # its directory in the tree, kept by fs.py (not state)
 
 
-_dumps = json.JSONEncoder(ensure_ascii=False).encode
+_dumps = json.JSONEncoder().encode    # ASCII: a path with undecodable bytes (\udcxx) too
 
 
 def _entry(s: Session) -> dict:
