@@ -8,6 +8,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 from toolsrv.client import Client
 
 from apphelpers import AppThread, add_tool, tools_dir
@@ -127,12 +129,13 @@ def test_saved_file_is_always_the_whole_state(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         real_fsync(fd)
     monkeypatch.setattr(os, "fsync", fsync)
-    save, saved = st.save, [False]
+    written, saved = st._written, [False]
 
-    def recorded(changed=None):
-        saved[0] = save(changed)
-        return saved[0]
-    st.save = recorded
+    def recorded(path, err):            # every write goes through here: was it saved?
+        r = written(path, err)
+        saved[0] = r is None
+        return r
+    st._written = recorded
     for step in range(400):
         fail[0], saved[0] = rng.random() < 0.1, False
         names = list(st.sessions)
@@ -178,3 +181,106 @@ def test_a_cwd_with_undecodable_bytes_is_saved_and_restored(tmp_path):
     again = SessionStore(str(tmp_path / "state"), str(tmp_path / "work"))
     assert again.restore() == []
     assert os.fsencode(again.sessions["s"].cwd) == odd
+
+
+def _slow_writes(monkeypatch, fail_from: int | None = None, fail_to: int = 1 << 30):
+    """Patch the state writer's file write: each takes 50 ms (in its thread) and is
+    recorded; writes number `fail_from` to `fail_to` find the disk full."""
+    import time
+
+    import toolsrv.sessions as S
+    real, writes = S._write_file, []
+
+    def write(state_dir, path, data):
+        time.sleep(0.05)
+        writes.append(json.loads(data))
+        if fail_from is not None and fail_from <= len(writes) <= fail_to:
+            return OSError(28, "No space left on device")
+        return real(state_dir, path, data)
+    monkeypatch.setattr(S, "_write_file", write)
+    return writes
+
+
+def test_changes_made_during_a_write_share_the_next_one_and_the_loop_runs_on(tmp_path,
+                                                                             monkeypatch):
+    import asyncio
+
+    from toolsrv.sessions import SessionStore
+    writes = _slow_writes(monkeypatch)
+    path = tmp_path / "state" / "state.json"
+
+    async def go():
+        st = SessionStore(str(tmp_path / "state"), str(tmp_path / "work"))
+        st.start_writer()
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.001)
+        t = asyncio.create_task(ticker())
+        first = st.create("first")                      # its write starts next turn
+        await asyncio.sleep(0.01)                        # ... and is under way now
+        rest = [st.create(f"s{i}") for i in range(10)]   # made at once, saved together
+        assert sorted(st.sessions) == sorted(["first"] + [f"s{i}" for i in range(10)])
+        made = await asyncio.gather(first, *rest)
+        assert [s.name for s in made] == ["first"] + [f"s{i}" for i in range(10)]
+        # every reply came after its session was on disk, and 11 changes took 2 writes
+        assert len(writes) == 2
+        assert [s["name"] for s in writes[1]["sessions"]] == [s.name for s in made]
+        assert json.loads(path.read_text()) == json.loads(json.dumps(st.snapshot()))
+        assert ticks >= 5                                # the loop was not held by the writes
+        t.cancel()
+        await st.stop_writer()
+    asyncio.run(go())
+
+
+def test_a_failed_grouped_write_undoes_every_creation_in_it(tmp_path, monkeypatch):
+    import asyncio
+
+    from toolsrv.errors import P9Error
+    from toolsrv.sessions import SessionStore
+    _slow_writes(monkeypatch, fail_from=2)
+    path = tmp_path / "state" / "state.json"
+
+    async def go():
+        st = SessionStore(str(tmp_path / "state"), str(tmp_path / "work"))
+        st.start_writer()
+        keep = await st.create("keep")
+        doomed = [st.create("s0"), st.create_agent(keep, "bot")]
+        cwd = st.sessions["s0"].cwd
+        results = await asyncio.gather(*doomed, return_exceptions=True)
+        for r in results:
+            assert isinstance(r, P9Error), r
+            assert r.ename == ("input/output error: state not saved: "
+                               "No space left on device")
+        assert sorted(st.sessions) == ["keep"] and keep.agents == {}
+        assert not os.path.exists(cwd)                   # the undone session's directory
+        assert [s["name"] for s in json.loads(path.read_text())["sessions"]] == ["keep"]
+        await st.stop_writer()
+    asyncio.run(go())
+
+
+def test_a_change_undone_after_a_failed_write_never_reaches_the_next_one(tmp_path,
+                                                                        monkeypatch):
+    import asyncio
+
+    from toolsrv.errors import P9Error
+    from toolsrv.sessions import SessionStore
+    writes = _slow_writes(monkeypatch, fail_from=2, fail_to=2)
+
+    async def go():
+        st = SessionStore(str(tmp_path / "state"), str(tmp_path / "work"))
+        st.start_writer()
+        await st.create("keep")                          # write 1
+        doomed = st.create("doomed")                     # write 2: the disk is full
+        await asyncio.sleep(0.01)
+        later = st.create("later")                       # write 3, asked for meanwhile
+        with pytest.raises(P9Error):
+            await doomed
+        await later
+        assert [[s["name"] for s in w["sessions"]] for w in writes] == [
+            ["keep"], ["keep", "doomed"], ["keep", "later"]]
+        await st.stop_writer()
+    asyncio.run(go())

@@ -191,6 +191,7 @@ class App:
                                   max_sessions=opts.max_sessions, max_agents=opts.max_agents)
         for problem in self.store.restore():
             print(f"toolsrv: {problem}", file=sys.stderr)
+        self.store.start_writer()      # state saves from now on off the event loop, grouped
         self.fs = ToolsrvFS(self.registry, self.store, revwait_timeout=opts.revwait_timeout)
         self._start_calls()
         self.gate = Gate(opts.max_conns, opts.max_conns_per_peer, self._peer_check)
@@ -285,6 +286,7 @@ class App:
         if self.runner is not None:
             await self.runner.close()
         await self.registry.close()
+        await self.store.stop_writer()
         self.store.save()
         if self.store.state_dir is None:      # --no-state: nothing will restore them
             for sess in self.store.sessions.values():

@@ -15,6 +15,7 @@ directory) works; removing the session or agent directory is what ends it.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from typing import Any, Callable
@@ -167,10 +168,10 @@ class SessionRoot(Dir_):
             node = s.node = SessionDir(s, self.fs.q("session", s.name, s.serial), self, self.fs)
         return node
 
-    def create(self, name: str, perm: int, mode: int, fid: Any) -> Node:
+    def create(self, name: str, perm: int, mode: int, fid: Any) -> Any:
         if not perm & DMDIR:
             raise P9Error(E.ECREATE)
-        return self._node(self.fs.store.create(name))
+        return after_save(self.fs.store.create(name), self._node)
 
 
 class SessionDir(FixedDir):
@@ -229,10 +230,10 @@ class AgentRoot(Dir_):
         a = self.s.agents.get(name)
         return self._node(a) if a else None
 
-    def create(self, name: str, perm: int, mode: int, fid: Any) -> Node:
+    def create(self, name: str, perm: int, mode: int, fid: Any) -> Any:
         if not perm & DMDIR:
             raise P9Error(E.ECREATE)
-        return self._node(self.fs.store.create_agent(self.s, name))
+        return after_save(self.fs.store.create_agent(self.s, name), self._node)
 
 
 class AgentDir(FixedDir):
@@ -262,6 +263,17 @@ class AgentDir(FixedDir):
         return self.fs.agent_files.entry(self, name, qpath)
 
 
+def after_save(made: Any, fn: Callable[[Any], Any]) -> Any:
+    """fn(made), or, when the store's change is still being saved (an awaitable), an
+    awaitable of it: the reply waits for the state to be on disk (sessions.py)."""
+    if not inspect.isawaitable(made):
+        return fn(made)
+
+    async def wait() -> Any:
+        return fn(await made)
+    return wait()
+
+
 class ValueFile(Node):
     """A one-line read-write setting (cwd, sandbox), applied on each Twrite.
 
@@ -273,7 +285,7 @@ class ValueFile(Node):
     perm = 0o666
 
     def __init__(self, name: str, qpath: int, parent: Node,
-                 get: Callable[[], str], put: Callable[[str], None]) -> None:
+                 get: Callable[[], str], put: Callable[[str], Any]) -> None:
         super().__init__(name, qpath, parent)
         self.get, self.put = get, put
 
@@ -297,7 +309,7 @@ class ValueFile(Node):
         except UnicodeDecodeError:
             raise P9Error(f"{self.name}: illegal UTF-8") from None
         if value:
-            self.put(value)
+            return after_save(self.put(value), lambda _: len(data))
         return len(data)
 
     def truncate(self, fid: Any) -> None:

@@ -376,7 +376,7 @@ class Conn:
         fid.omode = m.mode
         return Ropen(m.tag, fid.node.qid(), self.iounit())
 
-    def _create(self, m: Tcreate) -> Rcreate:
+    def _create(self, m: Tcreate) -> Any:
         fid = self._fid(m.fid)
         if fid.is_open:
             raise P9Error(E.EOPEN)
@@ -390,6 +390,11 @@ class Conn:
         if self.config.guard is not None:
             self.config.guard(node, "create")
         new = node.create(m.name, m.perm, m.mode, fid)
+        if inspect.isawaitable(new):        # made, and answered once it is saved (fs.py)
+            return Later(new, lambda n: self._created(m, fid, n))
+        return self._created(m, fid, new)
+
+    def _created(self, m: Tcreate, fid: Fid, new: Node) -> Rcreate:
         self._check_open(new, m.mode)
         r = new.open(fid, m.mode)
         if inspect.isawaitable(r):

@@ -14,7 +14,11 @@ the private directory is chowned to that uid so the tool can use it.
 
 The store saves itself to `<state_dir>/state.json` after every change, with
 an atomic write (temp file, fsync, rename): a crash or a full disk leaves
-the previous state intact.  A session or agent whose creation cannot be
+the previous state intact.  In the server the writes happen off the event
+loop (start_writer): a change waits for the next write, which takes every
+change made while the one before it was under way (a group commit), and the
+reply to the client that made it comes after that write.  Without a writer
+(tests, tools) each change is written at once.  A session or agent whose creation cannot be
 saved (disk full) is not created: the mkdir fails with the reason, so what
 the client sees is what a restart will restore.  A removal that cannot be
 saved still happens (its runs are already killed); the error is logged and
@@ -23,6 +27,7 @@ to `state.json.corrupt-<time>` and reported, never silently dropped.
 """
 from __future__ import annotations
 
+import asyncio
 import errno
 import itertools
 import json
@@ -30,7 +35,7 @@ import logging
 import os
 import shutil
 import time
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from . import errors as E
 from .errors import P9Error
@@ -106,6 +111,94 @@ def _entry(s: Session) -> dict:
             "agents": [{"name": a.name, "loaded": list(a.loaded)} for a in s.agents.values()]}
 
 
+T = TypeVar("T")
+
+
+def _write_file(state_dir: str | None, path: str, data: bytes) -> BaseException | None:
+    """state.json replaced atomically by `data` (temp file, fsync, rename); the error
+    if that failed (the old file is then intact and no temp file is left)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)  # type: ignore[arg-type]
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except Exception as e:           # OSError mostly; anything else must not lose a waiter
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return e
+    return None
+
+
+Undo = Callable[[], None]
+
+
+def _undo_all(undos: Any) -> None:
+    for undo in undos:
+        if undo is not None:
+            try:
+                undo()
+            except Exception:
+                log.exception("state: undoing an unsaved change failed")
+
+
+def _settle(err: str | None, value: T, done: Undo | None) -> T:
+    if err is not None:
+        raise P9Error(f"input/output error: state not saved: {err}")
+    if done is not None:
+        done()
+    return value
+
+
+class _Writer:
+    """Writes the store's state one write at a time, off the event loop.  A change asked
+    for while a write is under way goes out, with every other such change, in the next
+    write; each asker gets that write's outcome: None, or the error.  When a write fails
+    the changes in it are undone here, before the next write is encoded, so no change
+    whose maker was told it failed reaches the disk."""
+
+    def __init__(self, store: "SessionStore") -> None:
+        self.store = store
+        self.waiting: list[tuple[asyncio.Future[str | None], Undo | None]] = []
+        self.task: asyncio.Task | None = None
+
+    def request(self, undo: Undo | None) -> asyncio.Future[str | None]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[str | None] = loop.create_future()
+        self.waiting.append((fut, undo))
+        if self.task is None:
+            self.task = loop.create_task(self._run())
+        return fut
+
+    async def _run(self) -> None:
+        try:
+            while self.waiting:
+                group, self.waiting = self.waiting, []
+                err: str | None = "interrupted"
+                try:
+                    err = await self.store._write_now()
+                finally:
+                    if err is not None:
+                        _undo_all(u for _, u in group)
+                    for f, _ in group:
+                        if not f.done():
+                            f.set_result(err)
+        finally:
+            self.task = None
+
+    async def drain(self) -> None:
+        while self.task is not None:
+            await asyncio.shield(self.task)
+
+
 class SessionStore:
     """All sessions of the server, saved to disk after every change."""
 
@@ -124,9 +217,10 @@ class SessionStore:
         self.on_remove_agent: list[Callable[[Agent], None]] = []
         self.mtime = int(time.time())
         self._encoded: dict[str, tuple[Session, bytes]] = {}   # see _encode
+        self._writer: _Writer | None = None
 
     # -- sessions --
-    def create(self, name: str) -> Session:
+    def create(self, name: str) -> Session | Awaitable[Session]:
         if not valid_name(name):
             raise P9Error(E.EBADNAME)
         if name in self.sessions:
@@ -135,12 +229,15 @@ class SessionStore:
             raise P9Error(f"resource busy: too many sessions (limit {self.max_sessions})")
         s = Session(name, self._make_private_cwd(name))
         self.sessions[name] = s
-        if not self.save(s):
-            del self.sessions[name]
-            s.alive = False
-            shutil.rmtree(s.cwd, ignore_errors=True)
-            raise self._save_failed()
-        return s
+
+        def undo() -> None:
+            if self.sessions.get(name) is s:
+                del self.sessions[name]
+                for a in list(s.agents.values()):
+                    self._drop_agent(a)
+                s.alive = False
+                shutil.rmtree(s.cwd, ignore_errors=True)
+        return self._then(self._commit(s, undo), s)
 
     def remove(self, name: str) -> None:
         s = self.sessions.pop(name, None)
@@ -151,22 +248,26 @@ class SessionStore:
         s.alive = False
         if s.private_cwd:
             shutil.rmtree(s.cwd, ignore_errors=True)
-        self.save(s)
+        self._commit(s)           # not waited for: a removal happens even if unsaved
 
-    def set_cwd(self, s: Session, path: str) -> None:
+    def set_cwd(self, s: Session, path: str) -> None | Awaitable[None]:
         if not os.path.isabs(path) or not os.path.isdir(path):
             raise P9Error(f"cwd: no such directory: {path}"[:120])
         path = os.path.realpath(path)
         old = s.cwd, s.private_cwd
         drop = s.private_cwd and os.path.realpath(s.cwd) != path
-        s.cwd, s.private_cwd = path, s.private_cwd and not drop
-        if not self.save(s):
-            s.cwd, s.private_cwd = old
-            raise self._save_failed()
-        if drop:
-            shutil.rmtree(old[0], ignore_errors=True)
+        new = s.cwd, s.private_cwd = path, s.private_cwd and not drop
 
-    def set_sandbox(self, s: Session, name: str) -> None:
+        def undo() -> None:
+            if (s.cwd, s.private_cwd) == new:
+                s.cwd, s.private_cwd = old
+
+        def done() -> None:
+            if drop:
+                shutil.rmtree(old[0], ignore_errors=True)
+        return self._then(self._commit(s, undo), None, done)
+
+    def set_sandbox(self, s: Session, name: str) -> None | Awaitable[None]:
         if not valid_name(name):
             raise P9Error(f"sandbox: illegal profile name: {name!r}"[:120])
         if self.check_profile:
@@ -175,12 +276,14 @@ class SessionStore:
             except Exception as e:   # the profile's own error names what is wrong
                 raise P9Error(f"sandbox: {e} (invalid argument)") from None
         old, s.sandbox = s.sandbox, name
-        if not self.save(s):
-            s.sandbox = old
-            raise self._save_failed()
+
+        def undo() -> None:
+            if s.sandbox == name:
+                s.sandbox = old
+        return self._then(self._commit(s, undo), None)
 
     # -- agents --
-    def create_agent(self, s: Session, name: str) -> Agent:
+    def create_agent(self, s: Session, name: str) -> Agent | Awaitable[Agent]:
         if not valid_name(name):
             raise P9Error(E.EBADNAME)
         if name in s.agents:
@@ -190,18 +293,19 @@ class SessionStore:
                           f"(limit {self.max_agents})")
         a = Agent(name, s)
         s.agents[name] = a
-        if not self.save(s):
-            del s.agents[name]
-            a.alive = False
-            raise self._save_failed()
-        return a
+
+        def undo() -> None:
+            if s.agents.get(name) is a:
+                del s.agents[name]
+                self._drop_agent(a)
+        return self._then(self._commit(s, undo), a)
 
     def remove_agent(self, s: Session, name: str) -> None:
         a = s.agents.pop(name, None)
         if a is None:
             raise P9Error(E.ENOTFOUND)
         self._drop_agent(a)
-        self.save(s)
+        self._commit(s)           # not waited for: a removal happens even if unsaved
 
     def _drop_agent(self, a: Agent) -> None:
         a.alive = False
@@ -256,46 +360,78 @@ class SessionStore:
                 del done[k]
         return b'{"version": 1, "sessions": [' + b", ".join(parts) + b"]}"
 
-    def _save_failed(self) -> P9Error:
-        return P9Error(f"input/output error: state not saved: {self.save_error}")
+    # -- saving: at once, or by the writer --
+    def start_writer(self) -> None:
+        """From now on (on this event loop) changes are written by a task, off the loop."""
+        self._writer = _Writer(self)
+
+    async def stop_writer(self) -> None:
+        """Wait for the writes asked for, then write at once again."""
+        w, self._writer = self._writer, None
+        if w is not None:
+            await w.drain()
+
+    def changed(self, s: Session | None = None) -> str | None | asyncio.Future[str | None]:
+        """Save after a change of `s` (None: of anything), undoing nothing: the error or
+        None once written without a writer; with one, a future of that."""
+        return self._commit(s)
 
     def save(self, changed: Session | None = None) -> bool:
-        """Write the state atomically; on failure keep the old file, log, return False.
+        """Write the state now (with a writer running, ask it and answer True); on
+        failure keep the old file, log, return False.  `changed` as for _commit."""
+        r = self._commit(changed)
+        return True if isinstance(r, asyncio.Future) else r is None
 
-        `changed` is the one session changed since the last save (its entry is encoded
-        again); None re-encodes every session."""
+    def _commit(self, changed: Session | None, undo: Undo | None = None
+                ) -> str | None | asyncio.Future[str | None]:
+        """Mark `changed` (its entry is encoded again; None: every entry), then write, at
+        once or by the writer: the error (after `undo()`) or None, or a future of that."""
         self.mtime = int(time.time())
-        path = self._path()
-        if path is None:
-            return True
         if changed is None:
             self._encoded.clear()
         else:
             self._encoded.pop(changed.name, None)
-        tmp = f"{path}.tmp.{os.getpid()}"
-        try:
-            os.makedirs(self.state_dir, mode=0o700, exist_ok=True)  # type: ignore[arg-type]
-            data = self._encode()
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except OSError as e:
-            self._encoded.clear()        # the caller may now undo its change
-            self.save_error = e.strerror or str(e)
-            log.error("state: cannot save %s: %s (previous state kept)", path, e)
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            return False
-        self.save_error = None
-        return True
+        path = self._path()
+        if path is None:
+            return None
+        if self._writer is not None:
+            return self._writer.request(undo)
+        err = self._written(path, _write_file(self.state_dir, path, self._encode()))
+        if err is not None:
+            _undo_all([undo])
+        return err
+
+    async def _write_now(self) -> str | None:
+        """One write by the writer: encoded here, on the loop (every change made so far
+        is in it), written and fsynced in a thread."""
+        path = self._path()
+        if path is None:
+            return None
+        data = self._encode()
+        err = await asyncio.get_running_loop().run_in_executor(
+            None, _write_file, self.state_dir, path, data)
+        return self._written(path, err)
+
+    def _written(self, path: str, err: BaseException | None) -> str | None:
+        """The outcome of one write: None, or its error (logged)."""
+        if err is None:
+            self.save_error = None
+            return None
+        self._encoded.clear()        # the changes in it are being undone
+        self.save_error = getattr(err, "strerror", None) or str(err)
+        log.error("state: cannot save %s: %s (previous state kept)", path, err)
+        return self.save_error
+
+    def _then(self, saved: str | None | asyncio.Future[str | None], value: T,
+              done: Undo | None = None) -> T | Awaitable[T]:
+        """`value` once the change is saved (then `done()`); else raise the error (the
+        change is undone by then).  With a writer, an awaitable of that."""
+        if not isinstance(saved, asyncio.Future):
+            return _settle(saved, value, done)
+
+        async def wait() -> T:
+            return _settle(await asyncio.shield(saved), value, done)
+        return wait()
 
     def restore(self) -> list[str]:
         """Load saved state; returns the problems found (each also logged)."""

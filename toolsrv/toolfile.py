@@ -16,7 +16,7 @@ from typing import Any
 from . import ctl
 from .calls import Call, Scheduler, invalid_call
 from .errors import P9Error
-from .fs import AgentDir, json_text
+from .fs import AgentDir, after_save, json_text
 from .jsonargs import fit, json_state, take_elevated, validate
 from .sessions import Agent
 from .tree import Dir_, FixedDir, Node, Pending, TextFile, snapshot_read, stream_read
@@ -80,8 +80,9 @@ class Calls:
         return a.extra.setdefault("latest", {})
 
     # -- ctl --
-    def apply(self, a: Agent, text: str) -> None:
-        """Check every command of one write, then apply them all, or raise."""
+    def apply(self, a: Agent, text: str) -> Any:
+        """Check every command of one write, then apply them all, or raise; the save's
+        outcome (sessions.SessionStore.changed: with a writer, a future of it)."""
         try:
             cmds = ctl.parse(text)
             loaded = set(a.loaded)               # as it will be when each line runs
@@ -106,7 +107,8 @@ class Calls:
                 self.sched.kill(a, set(names))
             a.note(f"ctl {verb} {' '.join(names)} -> ok")
         if any(v != "cancel" for v, _ in cmds):
-            self.store.save(a.session)
+            return self.store.changed(a.session)   # not undone if unsaved, as before
+        return True
 
     # -- call --
     def begin(self, a: Agent, tool_name: str, args: Any) -> Call:
@@ -181,7 +183,7 @@ class CtlFile(Node):
         except UnicodeDecodeError:
             raise P9Error("ctl: illegal UTF-8") from None
         if text.strip():
-            self.calls.apply(self.a, text)
+            return after_save(self.calls.apply(self.a, text), lambda _: len(data))
         return len(data)
 
     def truncate(self, fid: Any) -> None:
