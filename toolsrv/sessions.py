@@ -15,15 +15,16 @@ the private directory is chowned to that uid so the tool can use it.
 The store saves itself to `<state_dir>/state.json` after every change, with
 an atomic write (temp file, fsync, rename): a crash or a full disk leaves
 the previous state intact.  In the server the writes happen off the event
-loop (start_writer): a change waits for the next write, which takes every
-change made while the one before it was under way (a group commit), and the
-reply to the client that made it comes after that write.  Without a writer
-(tests, tools) each change is written at once.  A session or agent whose creation cannot be
-saved (disk full) is not created: the mkdir fails with the reason, so what
-the client sees is what a restart will restore.  A removal that cannot be
-saved still happens (its runs are already killed); the error is logged and
-the next successful save catches up.  On start a corrupt file is moved aside
-to `state.json.corrupt-<time>` and reported, never silently dropped.
+loop (start_writer, _Writer): a change waits for the next write, which takes
+every change made while the one before it was under way (a group commit), and
+the reply to the client that made it comes after that write.  Without a
+writer (tests, tools) each change is written at once.  A creation or setting
+that cannot be saved (disk full) is undone and fails with the reason, so what
+a client was told exists is what a restart will restore (other clients may
+see it while its write is under way).  A removal that cannot be saved still
+happens (its runs are already killed); the error is logged and the next
+successful save catches up.  On start a corrupt file is moved aside to
+`state.json.corrupt-<time>` and reported, never silently dropped.
 """
 from __future__ import annotations
 
