@@ -36,34 +36,13 @@ from proto import (  # noqa: E402
 )
 
 from . import nullserver  # noqa: E402,F401  (patches App to use the null runner)
-from .common import PAYLOAD, finish, lat, make_tools_dir, parser, row  # noqa: E402
+from .common import (  # noqa: E402
+    PAYLOAD, FakeTransport, finish, lat, make_tools_dir, parser, row,
+)
 from .wire import MSIZE  # noqa: E402
 
 B = "core"
 CALL = ("session", "s", "agent", "a", "tools", "echo", "call")
-
-
-class FakeTransport:
-    def __init__(self) -> None:
-        self.out: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.out.append(data)
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 class Echo(asyncio.Protocol):
@@ -103,15 +82,15 @@ async def rdwr_calls(p: Any, t: FakeTransport, n: int) -> list[float]:
     clunk = encode(Tclunk(5, 7))
     out, pc, feed = [], time.perf_counter, p.data_received
     for _ in range(n):
-        t.out.clear()
+        t.writes.clear()
         t0 = pc()
         for f in frames:
             feed(f)
-        while len(t.out) < 4:        # the read waits for the (null) run: let the loop go
+        while len(t.writes) < 4:        # the read waits for the (null) run: let the loop go
             await asyncio.sleep(0)
         feed(clunk)
         out.append(pc() - t0)
-    assert t.out[3][7 + 4:] == PAYLOAD and len(t.out) == 5, t.out
+    assert t.writes[3][7 + 4:] == PAYLOAD and len(t.writes) == 5, t.writes
     return out
 
 

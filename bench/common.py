@@ -156,6 +156,37 @@ def finish(rows: list[dict], opts: argparse.Namespace, extra: dict | None = None
 
 # ------------------------------------------------------------------ tools and processes
 
+class FakeTransport:
+    """An asyncio transport that keeps what is written to it, for feeding a server's
+    protocol in this process (bench_core; the tests' transcripts use it too)."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def replies(self) -> list[Any]:
+        """Everything written, decoded."""
+        from proto.framing import Framer
+        return Framer(1 << 20).feed(b"".join(self.writes))
+
+
 def make_tools_dir(extra: dict[str, tuple[str | None, dict]] | None = None) -> str:
     """A tools directory with the sh `echo` tool (readable by the sandbox's uid)."""
     d = tempfile.mkdtemp(prefix="bench-tools.", dir="/tmp")

@@ -8,6 +8,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.common import FakeTransport as RecordingTransport  # noqa: F401 (keeps every write)
 from toolsrv.fs import ToolsrvFS
 from toolsrv.server import ServerConfig
 from toolsrv.sessions import SessionStore
@@ -77,35 +78,6 @@ class FakeRegistry:
 
     async def close(self) -> None:
         pass
-
-
-class RecordingTransport:
-    """An asyncio transport that keeps every write, as the socket would have sent it."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(bytes(data))
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def replies(self) -> list[Any]:
-        from proto.framing import Framer
-        return Framer(1 << 20).feed(b"".join(self.writes))
 
 
 class FakeRunner:

@@ -63,6 +63,15 @@ async def setup(runner: GatedRunner) -> tuple[Any, NinePProtocol, Transport]:
     return fs, p, t
 
 
+async def calling(args: bytes) -> tuple[GatedRunner, Any, NinePProtocol, Transport]:
+    """setup() with a run that waits for its gate, and the call with `args` sent."""
+    runner = GatedRunner()
+    runner.gate = asyncio.Event()
+    fs, p, t = await setup(runner)
+    p.data_received(pipelined(args))
+    return runner, fs, p, t
+
+
 def pipelined(args: bytes) -> bytes:
     """client_9p's rdwr as toolsrv.client sends it: four requests in one write."""
     return b"".join(encode(m) for m in (
@@ -91,10 +100,7 @@ def test_a_call_that_ends_at_once_is_answered_in_one_write():
 
 def test_replies_do_not_wait_for_a_run_that_takes_time():
     async def go() -> None:
-        runner = GatedRunner()
-        runner.gate = asyncio.Event()
-        _, p, t = await setup(runner)
-        p.data_received(pipelined(b'{"x": 2}'))
+        runner, _, p, t = await calling(b'{"x": 2}')
         await turns()
         r = t.replies()
         assert [type(m) for m in r] == [Rwalk, Ropen, Rwrite]   # sent while the tool runs
@@ -117,10 +123,7 @@ def test_requests_that_need_no_waiting_are_answered_in_the_same_turn():
 
 def test_flush_of_a_waiting_read_kills_the_run_then_answers_in_order():
     async def go() -> None:
-        runner = GatedRunner()
-        runner.gate = asyncio.Event()
-        _, p, t = await setup(runner)
-        p.data_received(pipelined(b'{"x": 3}'))
+        runner, _, p, t = await calling(b'{"x": 3}')
         await turns()
         t.writes.clear()
         p.data_received(encode(Tflush(9, 4)))
@@ -134,10 +137,7 @@ def test_flush_of_a_waiting_read_kills_the_run_then_answers_in_order():
 
 def test_hang_up_while_a_read_waits_kills_the_run_and_sends_nothing():
     async def go() -> None:
-        runner = GatedRunner()
-        runner.gate = asyncio.Event()
-        fs, p, t = await setup(runner)
-        p.data_received(pipelined(b'{"x": 4}'))
+        runner, fs, p, t = await calling(b'{"x": 4}')
         await turns()
         t.writes.clear()
         p.connection_lost(None)
@@ -149,10 +149,7 @@ def test_hang_up_while_a_read_waits_kills_the_run_and_sends_nothing():
 
 def test_two_readers_of_one_call_both_get_the_result():
     async def go() -> None:
-        runner = GatedRunner()
-        runner.gate = asyncio.Event()
-        _, p, t = await setup(runner)
-        p.data_received(pipelined(b'{"x": 5}'))
+        runner, _, p, t = await calling(b'{"x": 5}')
         p.data_received(encode(Tread(5, 7, 0, 10)))      # a second Tread of the same fid
         await turns()
         runner.gate.set()
@@ -164,10 +161,7 @@ def test_two_readers_of_one_call_both_get_the_result():
 
 def test_a_read_of_out_waits_for_the_run_and_its_flush_leaves_the_run_alone():
     async def go() -> None:
-        runner = GatedRunner()
-        runner.gate = asyncio.Event()
-        fs, p, t = await setup(runner)
-        p.data_received(pipelined(b'{"x": 6}'))
+        runner, fs, p, t = await calling(b'{"x": 6}')
         out = CALL[:-1] + ("out",)
         p.data_received(encode(Twalk(10, 0, 8, out)) + encode(Topen(11, 8, OREAD)) +
                         encode(Tread(12, 8, 0, 100)))
@@ -192,10 +186,7 @@ def test_a_read_of_out_waits_for_the_run_and_its_flush_leaves_the_run_alone():
 
 def test_hang_up_of_an_out_reader_leaves_the_run_and_no_waiter():
     async def go() -> None:
-        runner = GatedRunner()
-        runner.gate = asyncio.Event()
-        fs, p, t = await setup(runner)
-        p.data_received(pipelined(b'{"x": 7}'))      # the caller, on this connection
+        runner, fs, p, t = await calling(b'{"x": 7}')      # the caller, on this connection
         await turns()
         call = fs.agent_files.latest(fs.store.sessions["s"].agents["a"])["echo"]
         q, u = NinePProtocol(fs, ServerConfig(msize=MSIZE), set()), Transport()

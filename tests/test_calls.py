@@ -6,11 +6,13 @@ is shown by two calls meeting at a rendezvous, not by a stopwatch.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
+from typing import Any, Iterator
 
 import pytest
 from py9p import DMDIR, OREAD, ORDWR, OWRITE, Client, RemoteError, Rflush, Rread, Tflush, Tread
@@ -386,60 +388,57 @@ def test_cancel_keeps_what_the_run_printed(srv):
         assert "interrupted: cancelled" in read(c, a + "/log").decode()
 
 
-def test_client_rdwr_stops_at_a_short_read_and_reads_on_after_a_full_one(capfd):
-    """toolsrv.client's rdwr: a first read shorter than asked is the whole answer (no
-    second Tread); a full one is followed by reads to end of file, and nothing is lost."""
+@contextlib.contextmanager
+def _agent_client(tools: dict[str, str]) -> Iterator[Any]:
+    """A traced server with these read-only tools, and a toolsrv.client connected to it at
+    msize 8 KiB, with session/s/agent/a made and every tool loaded."""
     from toolsrv.client import Client as TsClient
     from proto import IOHDRSZ
     d = tools_dir()
-    add_tool(d, "small", "#!/bin/sh\nexec cat\n", {"readOnly": True})
-    add_tool(d, "big", "#!/bin/sh\nexec head -c 50000 /dev/zero\n", {"readOnly": True})
+    for name, script in tools.items():
+        add_tool(d, name, script, {"readOnly": True})
     app = AppThread([d], trace=True).start()
     try:
         with TsClient.connect(app.addr, msize=8192 + IOHDRSZ) as c:
             c.mkdir("session/s")
             c.mkdir("session/s/agent/a")
-            c.rdwr("session/s/agent/a/ctl", b"tool_load small big")
-            capfd.readouterr()
-            assert c.rdwr("session/s/agent/a/tools/small/call", b'{"x": 1}') == b'{"x": 1}'
-            treads = capfd.readouterr().err.count("<- Tread")
-            assert treads == 1, treads
-            out = c.rdwr("session/s/agent/a/tools/big/call", b"{}")
-            treads = capfd.readouterr().err.count("<- Tread")
-            assert out == b"\0" * 50000
-            assert treads == 50000 // 8192 + 2, treads   # 6 full, 1 short, 1 empty
+            c.rdwr("session/s/agent/a/ctl", ("tool_load " + " ".join(tools)).encode())
+            yield c
     finally:
         app.stop()
         app.cleanup()
+
+
+def test_client_rdwr_stops_at_a_short_read_and_reads_on_after_a_full_one(capfd):
+    """toolsrv.client's rdwr: a first read shorter than asked is the whole answer (no
+    second Tread); a full one is followed by reads to end of file, and nothing is lost."""
+    with _agent_client({"small": "#!/bin/sh\nexec cat\n",
+                        "big": "#!/bin/sh\nexec head -c 50000 /dev/zero\n"}) as c:
+        capfd.readouterr()
+        assert c.rdwr("session/s/agent/a/tools/small/call", b'{"x": 1}') == b'{"x": 1}'
+        treads = capfd.readouterr().err.count("<- Tread")
+        assert treads == 1, treads
+        out = c.rdwr("session/s/agent/a/tools/big/call", b"{}")
+        treads = capfd.readouterr().err.count("<- Tread")
+        assert out == b"\0" * 50000
+        assert treads == 50000 // 8192 + 2, treads   # 6 full, 1 short, 1 empty
 
 
 def test_client_rdwr_does_not_wait_for_the_clunk_and_reuses_fids_only_after_it(capfd):
     """toolsrv.client's rdwr returns when the result is in; its Tclunk goes out unanswered
     and the reader frees the tag and the fid when Rclunk comes.  Many calls in a row reuse
     a few fids, each only once its clunk was answered, and leak no tag."""
-    from toolsrv.client import Client as TsClient
-    from proto import IOHDRSZ
-    d = tools_dir()
-    add_tool(d, "small", "#!/bin/sh\nexec cat\n", {"readOnly": True})
-    app = AppThread([d], trace=True).start()
-    try:
-        with TsClient.connect(app.addr, msize=8192 + IOHDRSZ) as c:
-            c.mkdir("session/s")
-            c.mkdir("session/s/agent/a")
-            c.rdwr("session/s/agent/a/ctl", b"tool_load small")
-            c.stat("session/s")                # the ctl's Rclunk is in by now
-            tags = len(c._free_tags)
-            capfd.readouterr()
-            for i in range(30):
-                assert c.rdwr("session/s/agent/a/tools/small/call", b'{"i": %d}' % i) == \
-                    b'{"i": %d}' % i
-            c.stat("session/s")                # a round trip: every Rclunk is in by now
-            trace = capfd.readouterr().err
-            n = trace.count("<- Tclunk")          # the 30 calls', stat's (and the ctl's)
-            assert n >= 31 and trace.count("-> Rclunk") == n
-            assert "unknown fid" not in trace and "fid in use" not in trace
-            assert len(c._free_tags) == tags   # every tag back
-            assert c._next_fid <= 4            # fids reused, not one per call
-    finally:
-        app.stop()
-        app.cleanup()
+    with _agent_client({"small": "#!/bin/sh\nexec cat\n"}) as c:
+        c.stat("session/s")                # the ctl's Rclunk is in by now
+        tags = len(c._free_tags)
+        capfd.readouterr()
+        for i in range(30):
+            assert c.rdwr("session/s/agent/a/tools/small/call", b'{"i": %d}' % i) == \
+                b'{"i": %d}' % i
+        c.stat("session/s")                # a round trip: every Rclunk is in by now
+        trace = capfd.readouterr().err
+        n = trace.count("<- Tclunk")          # the 30 calls', stat's (and the ctl's)
+        assert n >= 31 and trace.count("-> Rclunk") == n
+        assert "unknown fid" not in trace and "fid in use" not in trace
+        assert len(c._free_tags) == tags   # every tag back
+        assert c._next_fid <= 4            # fids reused, not one per call

@@ -108,7 +108,7 @@ class Calls:
             a.note(f"ctl {verb} {' '.join(names)} -> ok")
         if any(v != "cancel" for v, _ in cmds):
             return self.store.changed(a.session)   # not undone if unsaved, as before
-        return True
+        return None                               # nothing to save
 
     # -- call --
     def begin(self, a: Agent, tool_name: str, args: Any) -> Call:
