@@ -72,10 +72,11 @@ async def one_run(path: str, conns: int, calls: int, round_: int) -> tuple[float
 
 
 def settle(pid: int, want_fds: int, timeout: float = 30.0) -> int:
-    """Wait (bounded) for the server's fds to come back down; returns the count."""
+    """Wait (bounded) for the server's fds to come back to want_fds (down from the runs'
+    pipes, and up again as the launcher hands back its spare inits); returns the count."""
     end = time.monotonic() + timeout
     n = open_fds(pid)
-    while n > want_fds and time.monotonic() < end:
+    while n != want_fds and time.monotonic() < end:
         time.sleep(0.05)
         n = open_fds(pid)
     return n

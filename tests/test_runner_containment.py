@@ -105,7 +105,8 @@ def test_rlimits_hold() -> None:
 
 @pytest.mark.skipif(not ROOT, reason="RLIMIT_NPROC is counted per uid: needs the nobody switch")
 def test_fork_bomb_is_bounded() -> None:
-    lim = Harness(RunnerConfig(rlimits={"nproc": 64}))
+    """Bounded by the run's cgroup (pids.max) where there is one, else by RLIMIT_NPROC."""
+    lim = Harness(RunnerConfig(rlimits={"nproc": 64}, run_limits={"pids": 64}))
     try:
         m = marker()
         res = lim.run(["/usr/bin/python3", "-c", textwrap.dedent(f"""

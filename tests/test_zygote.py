@@ -1,7 +1,8 @@
-"""The launcher's own mechanisms, with real processes: PID namespaces made under load are
-reused only when empty, the spares a burst leaves are ended once the launcher is idle, and
-runs of different profiles interleaved (reused namespaces, rulesets from the path cache's
-ready lists, one spawning thread each) each get exactly their own confinement."""
+"""The launcher's own mechanisms, with real processes: every run gets a PID namespace of its
+own (never one an earlier run used), the launcher keeps SPARE_INITS inits ready while idle,
+each pid 1 of its own namespace, and runs of different profiles interleaved (spare and
+forked inits, rulesets from the path cache's ready lists) each get exactly their own
+confinement."""
 from __future__ import annotations
 
 import asyncio
@@ -21,8 +22,8 @@ from toolsrv import zygote  # noqa: E402
 
 pytestmark = pytest.mark.skipif(LANDLOCK.abi < 1, reason=NO_LANDLOCK)
 
-# Prints its own pid and every other pid below it that exists in its PID namespace (pid 1,
-# the stub, excepted): a process left by an earlier run of a reused namespace would show.
+# Prints its own pid, its namespace and every other pid below it that exists in its PID
+# namespace (pid 1, the init, excepted): a process left by an earlier run would show.
 NEIGHBOURS = """#!/usr/bin/python3 -I
 import json, os
 me, seen = os.getpid(), []
@@ -34,7 +35,8 @@ for pid in range(2, me):
         seen.append(pid)
     except ProcessLookupError:
         pass
-print(json.dumps({"me": me, "seen": seen}))
+print(json.dumps({"me": me, "ppid": os.getppid(), "seen": seen,
+                  "ns": os.readlink("/proc/self/ns/pid") if os.path.exists("/proc/self") else ""}))
 """
 
 
@@ -67,29 +69,37 @@ def burst(h: Harness, n: int) -> list[dict]:
     return out
 
 
-def test_namespaces_made_under_load_are_reused_only_empty(h: Harness) -> None:
+def test_every_run_has_a_namespace_of_its_own(h: Harness) -> None:
     if not h.runner.launcher.pidns:
         pytest.skip("no PID namespaces here")
-    n = 40  # more than the spares made ahead: most namespaces are made on the critical path
-    first = burst(h, n)
-    second = burst(h, n)
-    for run in first + second:
-        assert run["seen"] == [], run  # nothing but the stub and the tool itself
-    # A reused namespace goes on numbering where its last run stopped: the tool is not pid 2.
-    reused = sum(run["me"] > 2 for run in second)
-    assert reused >= n // 2, [run["me"] for run in second]
+    n = 40  # more than the spares made ahead: most inits are forked on the critical path
+    for run in burst(h, n) + burst(h, n):
+        # the tool is the init's first child in a namespace nothing else has lived in
+        assert run["me"] == 2 and run["ppid"] == 1 and run["seen"] == [], run
 
 
-def test_spares_beyond_the_ahead_count_end_when_idle(h: Harness) -> None:
+def namespace_of(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/pid")
+
+
+def test_spare_inits_wait_each_in_a_namespace_of_its_own(h: Harness) -> None:
     if not h.runner.launcher.pidns:
         pytest.skip("no PID namespaces here")
-    burst(h, 40)
+    burst(h, 10)
     h.settle()
-    end = time.monotonic() + 10 + zygote.IDLE_TRIM_MS / 1000
-    while len(zygote_children(h)) > zygote.SPARE_NAMESPACES and time.monotonic() < end:
+    end = time.monotonic() + 10
+    while len(zygote_children(h)) != zygote.SPARE_INITS and time.monotonic() < end:
         time.sleep(0.05)
-    assert len(zygote_children(h)) <= zygote.SPARE_NAMESPACES
-    assert os.path.exists(f"/proc/{h.runner.launcher.zygote_pid}")
+    spares = zygote_children(h)
+    assert len(spares) == zygote.SPARE_INITS
+    spaces = {namespace_of(pid) for pid in spares}
+    assert len(spaces) == len(spares) and namespace_of(os.getpid()) not in spaces
+    for pid in spares:  # each is pid 1 there, with no child yet
+        with open(f"/proc/{pid}/status") as f:
+            nspid = [line.split()[-1] for line in f if line.startswith("NSpid:")]
+        assert nspid == ["1"]
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            assert f.read().split() == []
 
 
 def test_interleaved_profiles_each_get_their_own_confinement(h: Harness) -> None:
@@ -105,7 +115,7 @@ def test_interleaved_profiles_each_get_their_own_confinement(h: Harness) -> None
             h.runner.run(h.request([str(h.tools / "probe.py")], json.dumps(probes).encode(),
                                    lax if i % 2 else None)) for i in range(16)))
 
-    for _ in range(2):  # the second round: reused namespaces, ready-list rulesets
+    for _ in range(2):  # the second round: spare inits, ready-list rulesets
         for i, res in enumerate(h.run_async(many())):
             assert res.exit_code == 0, res
             read, udp, who = json.loads(res.stdout)
@@ -117,18 +127,14 @@ def test_interleaved_profiles_each_get_their_own_confinement(h: Harness) -> None
                 assert who["value"]["uid"] == h.uid[0], who
 
 
-def test_a_request_naming_unknown_fixed_paths_is_that_runs_error(h: Harness) -> None:
-    from toolsrv.sandbox import placeholder_values
-    req = h.request(["/bin/true"])
-    policy = req.profile.resolve(placeholder_values(req.cwd, "/tmp", req.tool_dir))
-    msg = h.runner._spawn_message(req, policy, "/tmp", 5.0)
-    msg["landlock"] = {**msg["landlock"], "cached": 0, "fixed": 10**6}  # never sent
+def test_a_request_an_init_cannot_carry_out_is_that_runs_error(h: Harness) -> None:
+    """A step of the launch that fails in the init (here its chdir) is that run's error,
+    naming the step; the launcher and its next spares go on serving."""
+    req = h.request(["/bin/true"], cwd=str(h.base / "no-such-dir"))
 
     async def go() -> tuple:
-        handle = h.runner.launcher.spawn(msg)
-        handle.close_fds()
-        return await asyncio.wait_for(handle.exited, 10)
+        return await asyncio.wait_for(h.runner.run(req), 10)
 
-    status, error = h.run_async(go())
-    assert status is None and error, (status, error)
+    res = h.run_async(go())
+    assert res.error and "cwd: " in res.error and "No such file" in res.error, res
     assert h.run(["/bin/echo", "still serving"]).stdout == b"still serving\n"

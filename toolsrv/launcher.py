@@ -1,36 +1,55 @@
-# toolsrv/launcher.py — the server's side of the zygote (toolsrv/zygote.py).
+# toolsrv/launcher.py — the server's side of the zygote (toolsrv/zygote.py) and its inits.
 #
 # Theory of operation.  Launcher starts the zygote with subprocess.Popen (vfork + exec of
 # `python -I -S`: flat cost whatever the server's size, and no preexec_fn), keeps one end of a
 # SOCK_SEQPACKET socketpair, and watches it from the event loop with add_reader; a pidfd on the
-# zygote tells when it is gone so it can be reaped.  spawn() is synchronous: it creates the
-# three pipes, sends the request with the child ends as SCM_RIGHTS, closes those ends and
-# returns a LaunchHandle whose one future the zygote's reply resolves:
-#   exited -> (wait status, None) when the run has ended and its namespace is gone, or
+# zygote tells when it is gone so it can be reaped.  The zygote forks inits ahead (each pid 1
+# of a PID namespace of its own, toolsrv/runinit.py) and hands each to us as a spare: the
+# init's socket and a pidfd on it ({"op": "spare"} with SCM_RIGHTS).
+#
+# spawn() is synchronous.  It builds the run's Landlock ruleset here (paths resolved by the
+# server, through a PathCache), creates the three pipes and gives the request, the child ends
+# and the ruleset to a spare init in one packet, straight: the zygote is not on a call's path
+# (it is told the spare was taken, so it forks the next one while idle).  With no spare left,
+# the request goes to the zygote, which forks an init for it and answers {"op": "init", "id"}
+# with the init's socket and pidfd.  It returns a LaunchHandle whose one future the init's
+# report resolves:
+#   exited -> (wait status, None) when the run has ended and nothing of it is left, or
 #             (None, reason) when it could not be launched (or the zygote died)
-# The zygote reports ended runs in batches ({"op": "exits", "runs": [[id, status], ...]}, one
-# packet per reaping pass) and failed launches one by one ({"op": "error"}).  There is no
-# "started" reply: a kill may be sent at any time after the spawn, because the zygote reads
-# requests in order.  The future carries values, never exceptions, so a cancelled caller
-# leaves nothing unretrieved.
+# The init writes b"S<wait status>" once the tool has ended and it has killed and reaped the
+# rest, or b"E<json reason>" when a step of the launch failed.  A kill is SIGKILL through the
+# pidfd (no pid reuse possible): the kernel ends the namespace with its init, and the pidfd
+# turns readable once the init is a zombie, which for a namespace's init means once every
+# process in it is gone; that is when a killed run's future is resolved.  The future carries
+# values, never exceptions, so a cancelled caller leaves nothing unretrieved.
+#
 # If the zygote dies, every pending handle ends with "launcher died" (the tools die with it:
-# see zygote.py) and the next ensure() starts a new zygote.  Collector and Feeder pump a
-# run's pipes from the event loop in CHUNK-sized steps, so memory per stream stays bounded.
+# see zygote.py) and the next ensure() starts a new zygote.  While runs wait on the zygote it
+# is pinged every PING_EVERY seconds; one that has not answered a ping for WEDGED_AFTER
+# seconds is wedged: it is killed (its runs die with it), every pending handle ends with
+# "launcher stopped answering", and the next ensure() starts a new one.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import json
 import mmap
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
 
+from toolsrv import landlock
+from toolsrv.cgroups import RunGroups
+from toolsrv.pumps import CHUNK, Collector, Feeder  # noqa: F401 - re-exported
+
 MAX_PACKET = 1 << 20
-CHUNK = 65536  # pipe read/write size: bounds what one callback holds
-MAX_FIXED = 32  # fixed path lists sent once and then named by reference
+PING_EVERY = 2.0  # seconds between pings while runs wait on the zygote
+WEDGED_AFTER = 10.0  # seconds without a pong: the launcher is wedged
+MAX_FDS = 4  # an init's socket and pidfd; the zygote's own reply fds
 _ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _BOOT = "import sys; sys.path.insert(0, sys.argv[4]); from toolsrv.zygote import main; " \
         "main(sys.argv[1:4])"
@@ -40,8 +59,21 @@ class LauncherDied(Exception):
     """The zygote is gone (or could not start)."""
 
 
+class _Spare:
+    """An init waiting for a run: its socket and a pidfd on it."""
+
+    __slots__ = ("sock", "pidfd")
+
+    def __init__(self, sock: socket.socket, pidfd: int) -> None:
+        self.sock, self.pidfd = sock, pidfd
+
+    def close(self) -> None:
+        self.sock.close()
+        os.close(self.pidfd)
+
+
 class LaunchHandle:
-    """One spawned run: our ends of its pipes and the zygote's answers."""
+    """One spawned run: our ends of its pipes, its init, and the init's answer."""
 
     def __init__(self, run_id: int, fds: tuple[int, int, int]) -> None:
         loop = asyncio.get_running_loop()
@@ -50,6 +82,44 @@ class LaunchHandle:
         self.killed = False
         self.exited: asyncio.Future[tuple[int | None, str | None]] = loop.create_future()
         self._owned = True
+        self._init: _Spare | None = None
+
+    def attach(self, init: _Spare) -> None:
+        """The init has the run: wait for its report (and kill it if a kill came first)."""
+        self._init = init
+        asyncio.get_running_loop().add_reader(init.sock.fileno(), self._on_report)
+        if self.killed:
+            self._kill()
+
+    def _on_report(self) -> None:
+        assert self._init is not None
+        try:
+            data = self._init.sock.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data.startswith(b"S"):
+            self._set((int(data[1:]), None))
+        elif data.startswith(b"E"):
+            self._set((None, json.loads(data[1:])))
+        else:  # it ended without a word (killed): done once its namespace is empty
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(self._init.sock.fileno())
+            loop.add_reader(self._init.pidfd, self._on_gone)
+
+    def _on_gone(self) -> None:
+        if self.killed:
+            self._set((signal.SIGKILL, None))
+        else:
+            self._set((None, "the run's init ended before it reported"))
+
+    def _kill(self) -> None:
+        if self._init is not None and not self.exited.done():
+            try:
+                signal.pidfd_send_signal(self._init.pidfd, signal.SIGKILL)
+            except OSError:
+                pass
 
     def taken(self) -> None:
         """The pumps own the pipe fds now; close_fds() leaves them alone."""
@@ -61,29 +131,46 @@ class LaunchHandle:
                 os.close(fd)
             self._owned = False
 
-    def _set(self, fut: asyncio.Future, value: object) -> None:
-        if not fut.done():
-            fut.set_result(value)
+    def _set(self, value: tuple[int | None, str | None]) -> None:
+        if not self.exited.done():
+            self.exited.set_result(value)
+        if self._init is not None:
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(self._init.sock.fileno())
+            loop.remove_reader(self._init.pidfd)
+            self._init.close()
+            self._init = None
 
 
 class Launcher:
-    """Client of one zygote process; restarts it on demand after it dies."""
+    """Client of one zygote process and of the inits it forks; restarts it after it dies."""
 
     def __init__(self, rlimits: dict[str, int] | None = None, namespaces: bool = True,
-                 python: str | None = None) -> None:
+                 python: str | None = None, limits: dict | None = None) -> None:
         self.python = python or sys.executable
         self.options = {"rlimits": {k: [v, v] for k, v in (rlimits or {}).items()},
                         "namespaces": namespaces}
+        self.limits = {"pids": None, "memory": None, **(limits or {})}
         self.pidns = False
         self.netns = False
+        self.cgroups = "none"
+        self.seccomp = False
+        self.restarts = 0  # launchers killed for not answering
         self.zygote_pid: int | None = None
+        self.path_cache = landlock.PathCache()
+        self._groups: RunGroups | None = None
+        self._stale: list[RunGroups] = []  # groups of launchers that died, still emptying
+        self._pinged = 0.0  # when the oldest unanswered ping went out (0: none)
+        self._pings = itertools.count(1)
+        self._timer: asyncio.TimerHandle | None = None
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._handles: dict[int, LaunchHandle] = {}
+        self._spares: collections.deque[_Spare] = collections.deque()
+        self._handles: dict[int, LaunchHandle] = {}  # runs not yet ended
+        self._waiting: dict[int, LaunchHandle] = {}  # runs the zygote is forking an init for
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()
         self._gone: asyncio.Future[None] | None = None
-        self._fixed: list[list] = []  # fixed path lists this zygote has, by reference
         self._rbuf = mmap.mmap(-1, MAX_PACKET)  # replies land here (pages used on write)
 
     @property
@@ -100,11 +187,16 @@ class Launcher:
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
+        if self._groups is not None:  # a restart: the old launcher's groups may still be
+            self._stale.append(self._groups)  # emptying; a new base for the new one
+        self._stale = [g for g in self._stale if not g.close()]
+        self._groups = RunGroups.setup(self.limits.get("pids"), self.limits.get("memory"))
+        options = {**self.options, "groups": self._groups.options()}
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             proc = subprocess.Popen(
                 [self.python, "-I", "-S", "-c", _BOOT, str(child.fileno()), str(os.getpid()),
-                 json.dumps(self.options), _ROOT], pass_fds=(child.fileno(),),
+                 json.dumps(options), _ROOT], pass_fds=(child.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, start_new_session=True)
         finally:
@@ -118,66 +210,82 @@ class Launcher:
             parent.close()
             raise LauncherDied(f"launcher did not start: {e!r}") from None
         self.pidns, self.netns = hello["pidns"], hello["netns"]
+        self.cgroups, self.seccomp = hello.get("cgroups", "none"), hello.get("seccomp", False)
         self.zygote_pid = proc.pid
         self._sock, self._proc = parent, proc
-        self._fixed = []
+        self._pinged = 0.0
         self._gone = loop.create_future()
         pidfd = os.pidfd_open(proc.pid)
         loop.add_reader(pidfd, self._on_exit, pidfd, proc, self._gone)
         loop.add_reader(parent.fileno(), self._on_readable)
 
     def spawn(self, msg: dict, extra_fds: tuple[int, ...] = ()) -> LaunchHandle:
-        """Send one spawn request; the handle's futures report its start and its end.
+        """Launch one run; the handle's future reports its end.
 
-        `extra_fds` reach the tool as fds 3, 4, ...; the caller keeps and closes them."""
+        msg: argv, env, cwd, uid/gid, rlimits, netns, nnp, and "landlock": the rules to build
+        the ruleset from (or None).  `extra_fds` reach the tool as fds 3, 4, ...; the caller
+        keeps and closes them."""
         if self._sock is None:
             raise LauncherDied("launcher not running")
+        ruleset = self._ruleset(msg.get("landlock"))
         stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
         stdout_r, stdout_w = os.pipe2(os.O_CLOEXEC)
         stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
-        child_ends = [stdin_r, stdout_w, stderr_w]
+        mine = [stdin_r, stdout_w, stderr_w] + ([ruleset] if ruleset >= 0 else [])
         handle = LaunchHandle(next(self._ids), (stdin_w, stdout_r, stderr_r))
+        request = {**msg, "landlock": None, "ruleset": ruleset >= 0, "id": handle.id}
         try:
-            self._send({**self._by_ref(msg), "id": handle.id}, child_ends + list(extra_fds))
+            self._hand_over(handle, request, mine[:3] + list(extra_fds) + mine[3:])
         except BaseException:
             handle.close_fds()
             raise
         finally:
-            for fd in child_ends:
+            for fd in mine:
                 os.close(fd)
         self._handles[handle.id] = handle
+        handle.exited.add_done_callback(lambda _: self._handles.pop(handle.id, None))
         return handle
 
-    def _by_ref(self, msg: dict) -> dict:
-        """The request with its Landlock rules' fixed paths (the first `cached`, the same in
-        every call of a profile) replaced by a reference to a list sent once before."""
-        rules = msg.get("landlock")
-        if not rules or not rules.get("cached"):
-            return msg
-        n, paths = rules["cached"], rules["paths"]
-        fixed = paths[:n]
-        try:
-            ref = self._fixed.index(fixed)
-        except ValueError:
-            if len(self._fixed) >= MAX_FIXED:
-                return msg  # many profiles: send the paths inline
-            ref = len(self._fixed)
-            self._send({"op": "paths", "ref": ref, "paths": fixed}, [])
-            self._fixed.append(fixed)
-        return {**msg, "landlock": {**rules, "paths": paths[n:], "fixed": ref}}
+    def _ruleset(self, rules: dict | None) -> int:
+        """The run's Landlock ruleset fd (-1: none), built here from its rules."""
+        if rules is None:
+            return -1
+        fd, _skipped = landlock.build_ruleset(
+            rules["abi"], [(p, a) for p, a in rules["paths"]], handle_net=rules["net"],
+            bind_tcp=rules["bind_tcp"], connect_tcp=rules["connect_tcp"],
+            scoped=rules["scoped"], cache=self.path_cache, cached=rules.get("cached", 0))
+        return fd
+
+    def _hand_over(self, handle: LaunchHandle, request: dict, fds: list[int]) -> None:
+        data = json.dumps(request).encode()
+        while self._spares:  # straight to a waiting init
+            init = self._spares.popleft()
+            try:
+                socket.send_fds(init.sock, [data], fds)
+            except OSError:  # that init is gone (its launcher died): the next
+                init.close()
+                continue
+            self._tell({"op": "took"})
+            handle.attach(init)
+            return
+        self._send(data, fds)  # none left: the zygote forks one for this request
+        self._waiting[handle.id] = handle
+        self._watch_soon()
 
     def kill(self, handle: LaunchHandle) -> None:
-        """SIGKILL the run's whole tree (the zygote handles requests in order)."""
+        """SIGKILL the run's whole namespace (through its init's pidfd)."""
         handle.killed = True
-        if not handle.exited.done() and self._sock is not None:
-            try:
-                self._send({"op": "kill", "id": handle.id}, [])
-            except (OSError, LauncherDied):
-                pass
+        handle._kill()
 
-    def _send(self, msg: dict, fds: list[int]) -> None:
-        assert self._sock is not None
-        data = json.dumps(msg).encode()
+    def _tell(self, msg: dict) -> None:
+        try:
+            self._send(json.dumps(msg).encode(), [])
+        except (OSError, LauncherDied):
+            pass
+
+    def _send(self, data: bytes, fds: list[int]) -> None:
+        if self._sock is None:
+            raise LauncherDied("launcher not running")
         while True:
             try:
                 socket.send_fds(self._sock, [data], fds)
@@ -191,42 +299,85 @@ class Launcher:
                 self._died()
                 raise LauncherDied(f"launcher died: {e}") from None
 
+    def _watch_soon(self) -> None:
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(PING_EVERY, self._watch)
+
+    def _watch(self) -> None:
+        """While runs wait on the zygote: ping; one silent for WEDGED_AFTER is killed."""
+        self._timer = None
+        if self._sock is None or not self._waiting:
+            self._pinged = 0.0
+            return
+        now = asyncio.get_running_loop().time()
+        if self._pinged and now - self._pinged > WEDGED_AFTER:
+            self.restarts += 1
+            self._died("launcher stopped answering; it was killed and will be restarted")
+            return
+        if not self._pinged:
+            self._pinged = now
+            self._tell({"op": "ping", "n": next(self._pings)})
+        self._watch_soon()
+
     def _on_readable(self) -> None:
         while self._sock is not None:
             try:  # into one buffer: recv(MAX_PACKET) would map 1 MiB and shrink it each time
-                size = self._sock.recv_into(self._rbuf)
+                size, ancillary, _, _ = self._sock.recvmsg_into(
+                    [self._rbuf], socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC)
             except BlockingIOError:
                 return
             except OSError:
-                size = 0
+                size, ancillary = 0, []
+            fds: list[int] = []
+            for level, kind, blob in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds += list(memoryview(blob)[:len(blob) // 4 * 4].cast("i"))
             if not size:
+                for fd in fds:
+                    os.close(fd)
                 self._died()
                 return
-            self._dispatch(json.loads(self._rbuf[:size]))
+            self._dispatch(json.loads(self._rbuf[:size]), fds)
 
-    def _dispatch(self, msg: dict) -> None:
-        if msg["op"] == "exits":  # [[run id, wait status], ...]: runs that have ended
-            for run_id, status in msg["runs"]:
-                handle = self._handles.pop(run_id, None)
-                if handle is not None:
-                    handle._set(handle.exited, (status, None))
+    def _dispatch(self, msg: dict, fds: list[int]) -> None:
+        op = msg["op"]
+        init = _Spare(socket.socket(fileno=fds[0]), fds[1]) if len(fds) == 2 else None
+        for fd in fds[2:] if init else fds:
+            os.close(fd)
+        if op == "spare" and init is not None:
+            self._spares.append(init)
             return
-        if msg["op"] == "error":  # the run could not be launched
-            handle = self._handles.pop(msg["id"], None)
-            if handle is not None:
-                handle._set(handle.exited, (None, msg["error"]))
+        if op == "pong":
+            self._pinged = 0.0
+            return
+        handle = self._waiting.pop(msg.get("id", -1), None)
+        if op == "init" and init is not None:  # forked for a request
+            if handle is None:
+                init.close()  # the run is gone: the init ends at EOF
+            else:
+                handle.attach(init)
+        elif op == "error" and handle is not None:  # the request could not be handed over
+            handle._set((None, msg["error"]))
 
-    def _died(self) -> None:
+    def _died(self, why: str = "launcher died") -> None:
         if self._sock is None:
             return
         asyncio.get_running_loop().remove_reader(self._sock.fileno())
         self._sock.close()
         self._sock = None
-        handles, self._handles = self._handles, {}
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        while self._spares:
+            self._spares.popleft().close()
+        handles, self._handles, self._waiting = self._handles, {}, {}
         for h in handles.values():
-            h._set(h.exited, (None, "launcher died"))
+            h._set((None, why))
         if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()  # a zygote that broke the protocol must not linger
+            try:  # a zygote that broke the protocol or stopped answering must not linger:
+                os.killpg(self._proc.pid, signal.SIGKILL)  # the bootstrap and the launcher
+            except OSError:
+                self._proc.kill()
 
     def _on_exit(self, pidfd: int, proc: subprocess.Popen[bytes],
                  gone: asyncio.Future[None]) -> None:
@@ -241,89 +392,16 @@ class Launcher:
 
     async def close(self) -> None:
         """Kill all runs, wait for their ends (bounded), stop the zygote."""
-        if self._sock is None:
-            return
-        handles = list(self._handles.values())
-        for h in handles:
-            self.kill(h)
-        if handles:
-            await asyncio.wait([h.exited for h in handles], timeout=5)
-        gone = self._gone
-        self._died()
-        if gone is not None:
-            await asyncio.wait({gone}, timeout=5)
-
-
-class Collector:
-    """Reads one pipe in bounded chunks; on overflow keeps cap bytes, calls on_overflow (which
-    kills the run) and discards the rest until EOF."""
-
-    def __init__(self, fd: int, cap: int, on_overflow: object) -> None:
-        self.fd, self.cap, self.on_overflow = fd, cap, on_overflow
-        self.chunks: list[bytes] = []
-        self.size = 0
-        self.overflow = False
-        loop = asyncio.get_running_loop()
-        self.done: asyncio.Future[None] = loop.create_future()
-        os.set_blocking(fd, False)
-        loop.add_reader(fd, self._readable)
-
-    def _readable(self) -> None:
-        try:
-            data = os.read(self.fd, CHUNK)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self.stop()
-            return
-        if self.overflow:
-            return  # discard until the kill lands, so the tool dies by it, not by SIGPIPE
-        room = self.cap - self.size
-        if len(data) > room:
-            self.chunks.append(data[:room])
-            self.size = self.cap
-            self.overflow = True
-            self.on_overflow()  # type: ignore[operator]
-            return
-        self.chunks.append(data)
-        self.size += len(data)
-
-    def stop(self) -> None:
-        if self.fd >= 0:
-            asyncio.get_running_loop().remove_reader(self.fd)
-            os.close(self.fd)
-            self.fd = -1
-        if not self.done.done():
-            self.done.set_result(None)
-
-    def value(self) -> bytes:
-        return b"".join(self.chunks)
-
-
-class Feeder:
-    """Writes stdin without blocking the loop; gives up quietly when the tool closes it."""
-
-    def __init__(self, fd: int, data: bytes) -> None:
-        self.fd, self.data = fd, memoryview(data)
-        os.set_blocking(fd, False)
-        self._write()
-        if self.fd >= 0:
-            asyncio.get_running_loop().add_writer(fd, self._write)
-
-    def _write(self) -> None:
-        try:
-            while self.data:
-                self.data = self.data[os.write(self.fd, self.data[:CHUNK]):]
-        except BlockingIOError:
-            return
-        except OSError:
-            pass
-        self.stop()
-
-    def stop(self) -> None:
-        if self.fd >= 0:
-            asyncio.get_running_loop().remove_writer(self.fd)
-            os.close(self.fd)
-            self.fd = -1
+        if self._sock is not None:
+            handles = list(self._handles.values())
+            for h in handles:
+                self.kill(h)
+            if handles:
+                await asyncio.wait([h.exited for h in handles], timeout=5)
+            gone = self._gone
+            self._died()
+            if gone is not None:
+                await asyncio.wait({gone}, timeout=5)
+        for groups in [*self._stale, *([self._groups] if self._groups else [])]:
+            groups.close()
+        self._groups, self._stale = None, []

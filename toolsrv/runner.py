@@ -32,12 +32,14 @@ from typing import Any
 
 from toolsrv import landlock
 from toolsrv.elevation import request_approval
-from toolsrv.launcher import Collector, Feeder, Launcher, LauncherDied, LaunchHandle
+from toolsrv.launcher import Launcher, LauncherDied, LaunchHandle
+from toolsrv.pumps import Collector, Feeder
 from toolsrv.record import Record
 from toolsrv.sandbox import Policy, Profile, landlock_status, missing_parts, placeholder_values
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 DEFAULT_RLIMITS = {"as": 8 << 30, "fsize": 1 << 30, "nofile": 4096, "core": 0, "nproc": 4096}
+DEFAULT_RUN_LIMITS = {"pids": 1024, "memory": 4 << 30}
 DRAIN_GRACE = 2.0  # seconds to reach EOF on the pipes after the run has ended or been killed
 
 
@@ -47,13 +49,13 @@ class RunnerConfig(Record):
     rlimits: name -> value (soft = hard) among cpu, as, fsize, nofile, core, nproc, data,
     stack, memlock.  Without "cpu", each run gets ceil(timeout) + 1 CPU seconds."""
     FIELDS = ("timeout", "stdout_cap", "stderr_cap", "run_as", "rlimits", "tmp_base",
-              "approval_timeout", "bypass_socket", "namespaces")
+              "approval_timeout", "bypass_socket", "namespaces", "run_limits")
 
     def __init__(self, timeout: float = 30.0, stdout_cap: int = 10 * 2**20,
                  stderr_cap: int = 10 * 2**20, run_as: str | int | None = "nobody",
                  rlimits: dict[str, int] | None = None, tmp_base: str | None = None,
                  approval_timeout: float = 60.0, bypass_socket: str | None = None,
-                 namespaces: bool = True) -> None:
+                 namespaces: bool = True, run_limits: dict | None = None) -> None:
         self.timeout = timeout
         self.stdout_cap = stdout_cap
         self.stderr_cap = stderr_cap
@@ -65,6 +67,9 @@ class RunnerConfig(Record):
                                             # (OLLIE_BYPASS_SOCKET)
         self.namespaces = namespaces    # PID/network namespaces where the kernel allows;
                                         # False: process groups
+        # A cgroup per run where one may be made: {"pids": N, "memory": bytes} bound the
+        # run as a whole ({"cgroups": False}: none); see toolsrv/cgroups.py.
+        self.run_limits = dict(DEFAULT_RUN_LIMITS) if run_limits is None else run_limits
 
 
 class RunRequest(Record):
@@ -120,7 +125,8 @@ class Runner:
                             "memlock"):
                 raise ValueError(f"rlimits: unknown limit {name!r}")
         self.status = landlock_status()
-        self.launcher = Launcher(self._launcher_limits(), self.config.namespaces)
+        self.launcher = Launcher(self._launcher_limits(), self.config.namespaces,
+                                 limits=self.config.run_limits)
         self._uid = self._resolve_uid()
         self.scratch = _Scratch(self.config.tmp_base, self._uid)
         self._background: set[asyncio.Task[None]] = set()
@@ -157,7 +163,10 @@ class Runner:
         la = self.launcher
         who = f"uid {self._uid[0]}" if self._uid else "the server's uid"
         return (f"{self.status}; pid namespace per run: {'yes' if la.pidns else 'no'}; "
-                f"no-network netns: {'yes' if la.netns else 'no'}; tools run as {who}")
+                f"no-network netns: {'yes' if la.netns else 'no'}; "
+                f"per-run cgroup: {la.cgroups}; "
+                f"no ptrace in a run (seccomp): {'yes' if la.seccomp else 'no'}; "
+                f"tools run as {who}")
 
     async def start(self) -> None:
         """Start the zygote (call early, while the server is small)."""

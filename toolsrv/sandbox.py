@@ -391,6 +391,14 @@ def sandbox_check_main(argv: list[str]) -> int:
           + (" (udp/raw blocked by an empty network namespace)" if policy.network == "none"
              and netns else ""))
     print("  env: " + " ".join(profile.env))
+    from toolsrv.cgroups import RunGroups
+    groups = RunGroups.setup()
+    print(f"  per-run cgroup: {groups.kind if groups.bases else 'none (' + groups.why + ')'}"
+          + ("" if groups.bases else "; RLIMIT_NPROC, counted per uid, is the only process "
+             "bound"))
+    groups.close()
+    from toolsrv.seccomp import program
+    print(f"  no ptrace in a run (seccomp): {'yes' if program() else 'no (unknown arch)'}")
     missing = missing_parts(policy, status, netns)
     if not missing:
         print("verdict: enforced")
