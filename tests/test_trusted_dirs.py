@@ -211,7 +211,8 @@ def test_a_crashed_servers_session_directories_are_swept_and_a_live_ones_kept(tm
         crashed.stop(signal.SIGKILL)          # no clean-up of its own
         later = Server(tmp, "c")               # its start sweeps
         server_dir = os.path.dirname(gone)    # removed, then its lock file
-        assert wait_for(lambda: not os.path.exists(server_dir + ".lock"), 10), \
+        assert wait_for(lambda: not os.path.exists(gone)
+                        and not os.path.exists(server_dir + ".lock"), 10), \
             f"{gone} left behind by a crashed server"
         assert not os.path.exists(server_dir)
         time.sleep(0.5)                        # the sweep is done with the rest by now
