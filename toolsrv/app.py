@@ -325,7 +325,7 @@ class App:
         if self._sweeping is not None:   # its thread uses nostate's fd: not closed under it
             await asyncio.wait({self._sweeping}, timeout=10)
         if self.nostate is not None and (self._sweeping is None or self._sweeping.done()):
-            self.nostate.close()      # --no-state: nothing will restore the private cwds
+            self.nostate.close()      # claimed without state: nothing will restore its cwds
             self.nostate.base.close()
         self.store.close()
         for path in self.unix_paths:
