@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -52,6 +53,21 @@ def test_file_tools(agent):
         call("file_read", {"path": "gone.txt"})
     with pytest.raises(ClientError, match=r"^invalid args: 'pattern' is a required property"):
         call("file_glob", {})
+
+
+def test_file_read_refuses_a_fifo_in_the_cwd_at_once(agent):
+    """Issue 20: file_read on a FIFO waited for a writer until the call's timeout."""
+    call, c = agent
+    fifo = os.path.join(c.read("session/b/cwd").decode().strip(), "fifo.p")
+    os.mkfifo(fifo)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ClientError, match=r"^exit 1: file_read: not a regular file: "
+                                              r"fifo\.p is a FIFO \(invalid argument\)"):
+            call("file_read", {"path": "fifo.p"})
+        assert time.monotonic() - t0 < 10
+    finally:
+        os.unlink(fifo)
 
 
 def test_file_tools_cannot_leave_the_sandbox(agent):

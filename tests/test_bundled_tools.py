@@ -10,9 +10,11 @@ Tests that call the tools through the server live elsewhere.
 from __future__ import annotations
 
 import ast
+import errno
 import json
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -21,6 +23,8 @@ from pathlib import Path
 
 import pytest
 from jsonschema import Draft202012Validator
+
+from toolsrv.errors import errno_for
 
 TOOLS = Path(__file__).resolve().parent.parent / "data" / "tools"
 PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -50,11 +54,11 @@ def _stdin(args) -> str:
 
 
 def run_tool(name: str, args, cwd: Path, env: dict | None = None,
-             argv: list | None = None) -> subprocess.CompletedProcess:
+             argv: list | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
     """Run data/tools/<name> as the server would: JSON on stdin, cwd, env."""
     return subprocess.run(argv or [str(TOOLS / name)], input=_stdin(args), cwd=cwd,
                           env=env or base_env(cwd), capture_output=True, text=True,
-                          timeout=30)
+                          timeout=timeout)
 
 
 def run_cmd(cmd: str, args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -583,6 +587,68 @@ def test_file_grep_rg_and_python_engines_agree(code, tmp_path):
         rg_out = run_tool("file_grep", args, code, env=env, argv=[GREP_PY, "--rg"])
         py_out = run_tool("file_grep", args, code, env=env, argv=[GREP_PY])
         assert (rg_out.returncode, rg_out.stdout) == (py_out.returncode, py_out.stdout), args
+
+
+# ------------------------------------- special files: refused at once, never waited on
+
+def special_file(cwd: Path, kind: str) -> str:
+    """Make `it` in cwd: a FIFO, a socket, or a character device (a link to /dev/null)."""
+    it = cwd / "it"
+    if kind == "fifo":
+        os.mkfifo(it)
+        return "a FIFO"
+    if kind == "socket":
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(it))
+        return "a socket"
+    it.symlink_to("/dev/null")
+    return "a character device"
+
+
+def run_quick(name: str, args, cwd: Path, **kw) -> subprocess.CompletedProcess:
+    try:
+        return run_tool(name, args, cwd, timeout=5, **kw)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{name} {args} blocked on a special file instead of refusing it")
+
+
+SPECIAL_CALLS = {
+    "file_read": {"path": "it"},
+    "file_edit": {"path": "it", "old_string": "a", "new_string": "b"},
+    "file_write": {"path": "it", "content": "x"},
+    "file_grep": {"pattern": "x", "path": "it"},
+}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "chardev"])
+@pytest.mark.parametrize("name", sorted(SPECIAL_CALLS))
+def test_file_tools_refuse_special_files_at_once(name, kind, cwd):
+    """Issue 20: file_read on a FIFO in the cwd waited for a writer until the call's
+    timeout.  Each file tool refuses what is not a regular file or a directory, names it,
+    with an errno word 9pfuse maps (EINVAL), and never blocks on the open."""
+    what = special_file(cwd, kind)
+    argv = [GREP_PY] if name == "file_grep" else None
+    msg = err(run_quick(name, SPECIAL_CALLS[name], cwd, argv=argv), 1)
+    assert f"{name}: not a regular file: it is {what} (invalid argument)" in msg
+    assert errno_for(msg) == errno.EINVAL
+
+
+def test_file_grep_walks_past_fifos_and_a_fifo_ignore_file(code):
+    """A searched tree may hold FIFOs, even one named .gitignore: none is opened for
+    reading (that would wait for a writer); the search answers at once."""
+    os.mkfifo(code / "pipe.txt")
+    (code / ".gitignore").unlink()
+    os.mkfifo(code / ".gitignore")
+    out = ok(run_quick("file_grep", {"pattern": "alpha"}, code, argv=[GREP_PY]))
+    assert "a.txt:1:alpha" in out and "pipe.txt" not in out
+
+
+@needs_jq
+def test_memory_remember_refuses_a_fifo_for_its_file(cwd):
+    (cwd / ".ollie" / "memory").mkdir(parents=True)
+    os.mkfifo(cwd / ".ollie" / "memory" / "notes.jsonl")
+    msg = err(run_quick("memory_remember", {"note": "x"}, cwd))
+    assert "memory_remember: not a regular file: " in msg and "(invalid argument)" in msg
 
 
 # ------------------------------------------------------------ memory tools

@@ -24,7 +24,9 @@ import uuid
 import pytest
 
 from proto import ORDWR, Topen, Tread, Twalk, Twrite
+from toolsrv import trusted
 from toolsrv.client import Client, ClientError
+from toolsrv.runner import default_tmp_base
 
 from apphelpers import AppThread, add_tool, tools_dir
 from test_limits import Raw, stop_clean, wait_for
@@ -97,8 +99,8 @@ class ServerProc:
         self.p.wait(30)
         self.log.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
-        for d in glob.glob(f"{tempfile.gettempdir()}/toolsrv-{os.geteuid()}/run-{self.p.pid}-*"):
-            shutil.rmtree(d, ignore_errors=True)     # a killed server cannot remove its own
+        for d in glob.glob(f"{default_tmp_base()}/{self.p.pid}.*"):
+            trusted.remove_path(d)    # a killed server cannot remove its own (nor its lock)
 
 
 def remove_private_cwds(state: str) -> None:

@@ -192,22 +192,26 @@ def test_older_abi_enforces_what_it_has(h: Harness) -> None:
 @pytest.mark.parametrize("inline", [True, False], ids=["tmpfs-inline", "disk-threads"])
 def test_scratch_directories_both_ways(tmp_path: Path, inline: bool) -> None:
     """On a tmpfs the per-call directories are made and removed on the loop; on a disk in
-    worker threads.  Either way: fresh, 0700, never handed out twice, removed with what a
-    tool left in them, and a crashed server's leftovers are swept at the next start."""
+    worker threads.  Either way: fresh, 0700, never handed out twice, in this server's own
+    directory of the base, removed with what a tool left in them; a crashed server's
+    directory (its lock free) is swept, and nothing is left once closed."""
     from toolsrv.runner import _Scratch, default_tmp_base
 
     base = str(tmp_path / "scratch")
     os.makedirs(base, 0o711)
-    os.mkdir(os.path.join(base, "run-999999999-7"))      # a dead server's directory
+    os.mkdir(os.path.join(base, "999999999.dead"))        # a dead server's directory,
+    open(os.path.join(base, "999999999.dead.lock"), "w").close()   # its lock free
 
     async def go() -> None:
         sc = _Scratch(base, None, ahead=4, inline=inline)
         sc.refill()
         paths = [await sc.take() for _ in range(10)]
-        assert sc.inline is inline
-        assert len(set(paths)) == 10 and all(p.startswith(base + "/run-") for p in paths)
+        assert sc.inline is inline and sc.dir is not None
+        assert len(set(paths)) == 10 and all(p.startswith(sc.dir.path + "/run-") for p in paths)
+        assert os.path.dirname(sc.dir.path) == base
         assert all(os.stat(p).st_mode & 0o777 == 0o700 for p in paths)
-        assert not os.path.exists(os.path.join(base, "run-999999999-7"))
+        assert sc.sweep() == 1 and sorted(os.listdir(base)) == sorted(
+            [os.path.basename(sc.dir.path), os.path.basename(sc.dir.path) + ".lock"])
         with open(os.path.join(paths[0], "left"), "w") as f:   # a tool left a file
             f.write("x")
         for p in paths:

@@ -10,6 +10,14 @@ are deferred to where they are used (doc/performance.md, Start-up).
 Shutdown is graceful: stop accepting, hang up connections (their calls are
 cancelled), kill every run, save state, remove the Unix socket, exit 0.
 
+Where things are kept (trusted.py proves each directory ours before serving, or
+the server refuses to start and says what is wrong): the state directory; the
+work base /var/tmp/toolsrv.<euid> (0711), whose work/ holds the private cwds of
+servers with state that run tools as another uid (without that, <state>/work),
+and whose nostate/ holds one directory per server without state, held by a
+lock for the server's life (serverdir.py).  Each start sweeps the nostate/
+directories whose lock is free: servers without state that crashed.
+
 Who gets in (SECURITY.md): a Unix-socket peer must have the server's uid or
 one allowed by --allow-uid (SO_PEERCRED), and must not be one of our own tool
 processes (a descendant of the launcher); a TCP peer must prove the shared
@@ -22,16 +30,16 @@ import asyncio
 import logging
 import os
 import resource
-import shutil
 import signal
 import socket
 import sys
 from typing import Any
 
-from . import dial
+from . import dial, trusted
 from .fs import ToolsrvFS
 from .record import Record, replace
 from .server import DEFAULT_MSIZE, ServerConfig
+from .serverdir import ServerDir
 from .sessions import SessionStore
 from .transport import Gate, NinePProtocol, Peer, listen
 
@@ -142,6 +150,8 @@ class App:
         self.addrs = [dial.parse(a) for a in opts.addrs] or [dial.default_addr()]
         self.runner: Any = None
         self.calls: Any = None
+        self.nostate: ServerDir | None = None   # the work base's nostate/ (_work_dir)
+        self._sweeping: asyncio.Future[None] | None = None
 
     def _make_registry(self) -> Any:
         from .registry import Registry
@@ -183,10 +193,12 @@ class App:
         raise_fd_limit()
         unix_config, tcp_config = self._configs()
         self.runner, tool_uid = self._make_runner()
-        self.registry = self._make_registry()
-        await self.registry.start()
         state = (opts.state_dir or default_state_dir()) if opts.persist else None
         work = self._work_dir(state, tool_uid)
+        if self.runner is not None:
+            self.runner.check()         # its scratch base, proved ours like the others
+        self.registry = self._make_registry()
+        await self.registry.start()
         self.store = SessionStore(state, work, tool_uid, self._check_profile,
                                   max_sessions=opts.max_sessions, max_agents=opts.max_agents)
         for problem in self.store.restore():
@@ -216,7 +228,10 @@ class App:
         # wait for it (up to the 5 ms switch interval per reply).
         if self.runner is not None:
             await self.runner.start()
-        asyncio.get_running_loop().run_in_executor(None, _warm_imports)
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(None, _warm_imports)
+        if self.nostate is not None:
+            self._sweeping = loop.run_in_executor(None, self._sweep, self.nostate)
 
     async def internal_connection(self, session: str, agent: str) -> socket.socket:
         """A socket already connected to this server: what a tool under a profile with
@@ -233,13 +248,32 @@ class App:
             raise
         return theirs
 
-    def _work_dir(self, state: str | None, tool_uid: tuple[int, int] | None) -> str:
-        if state and tool_uid is None:
-            return os.path.join(state, "work")
-        base = f"/var/tmp/toolsrv.{os.getuid()}"
-        os.makedirs(base, 0o711, exist_ok=True)
-        os.chmod(base, 0o711)
-        return os.path.join(base, "work")
+    def _work_dir(self, state: str | None, tool_uid: tuple[int, int] | None) -> trusted.Dir:
+        """Where the sessions' private cwds go, every directory on the way proved ours."""
+        if state:
+            sdir = trusted.open_dir(state, 0o700, "remove it, or choose another with --state")
+            try:
+                if tool_uid is None:
+                    return sdir.subdir("work", 0o711)
+            finally:
+                sdir.close()
+        base = trusted.open_dir(f"/var/tmp/toolsrv.{os.geteuid()}", 0o711)
+        try:
+            self.nostate = ServerDir(base.subdir("nostate", 0o711))
+            return base.subdir("work", 0o711) if state else self.nostate.claim()
+        finally:
+            base.close()
+
+    @staticmethod
+    def _sweep(nostate: ServerDir) -> None:
+        try:
+            n = nostate.sweep()
+        except OSError as e:
+            log.warning("%s: sweeping the directories of servers gone: %s", nostate.base.path, e)
+            return
+        if n:
+            log.info("swept the session directories of %d server%s without state that "
+                     "ended without removing them", n, "" if n == 1 else "s")
 
     def _make_runner(self) -> tuple[Any, tuple[int, int] | None]:
         try:
@@ -288,10 +322,12 @@ class App:
         await self.registry.close()
         await self.store.stop_writer()
         self.store.save()
-        if self.store.state_dir is None:      # --no-state: nothing will restore them
-            for sess in self.store.sessions.values():
-                if sess.private_cwd:
-                    shutil.rmtree(sess.cwd, ignore_errors=True)
+        if self._sweeping is not None:   # its thread uses nostate's fd: not closed under it
+            await asyncio.wait({self._sweeping}, timeout=10)
+        if self.nostate is not None and (self._sweeping is None or self._sweeping.done()):
+            self.nostate.close()      # claimed without state: nothing will restore its cwds
+            self.nostate.base.close()
+        self.store.close()
         for path in self.unix_paths:
             try:
                 os.unlink(path)

@@ -8,7 +8,6 @@ The default address is unix!$NAMESPACE/toolsrv, where $NAMESPACE defaults to
 from __future__ import annotations
 
 import os
-import stat
 
 from .record import Frozen, setfield
 
@@ -80,14 +79,8 @@ def default_addr(env: dict[str, str] | None = None) -> Addr:
 
 
 def ensure_private_dir(path: str) -> None:
-    """Create the namespace directory 0700, or check an existing one is ours."""
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        st = os.lstat(path)
-        if not stat.S_ISDIR(st.st_mode):
-            raise ValueError(f"{path} exists and is not a directory")
-        if st.st_uid != os.getuid():
-            raise ValueError(f"{path} is owned by uid {st.st_uid}, not by us")
-        if st.st_mode & 0o077:
-            os.chmod(path, 0o700)
+    """Create the namespace directory 0700, or check an existing one is ours and tighten
+    it to 0700 (trusted.py: ours, not a symlink, nothing above it others can change);
+    raises trusted.Untrusted (a ValueError) saying what is wrong."""
+    from .trusted import open_dir
+    open_dir(path, 0o700, "remove it, or set $NAMESPACE to a directory of your own").close()

@@ -148,7 +148,13 @@ def approve_main(argv: list[str]) -> int:
                    "or $NAMESPACE/approve.sock)")
     opts = p.parse_args(argv)
     path = opts.socket or default_socket_path()
-    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+    from .trusted import Untrusted, open_dir
+    try:    # whoever can change the socket's directory could answer in the broker's place
+        open_dir(os.path.dirname(os.path.abspath(path)), 0o700,
+                 "remove it, or give --socket in a directory of your own").close()
+    except Untrusted as e:
+        print(f"toolsrv approve: {e}", file=sys.stderr)
+        return 1
     broker = Broker(frozenset(opts.allow) if opts.allow else None)
 
     async def main() -> None:

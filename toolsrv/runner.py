@@ -23,8 +23,6 @@ import itertools
 import math
 import os
 import pwd
-import shutil
-import stat
 import threading
 import time
 from collections.abc import Coroutine
@@ -36,6 +34,8 @@ from toolsrv.launcher import Launcher, LauncherDied, LaunchHandle
 from toolsrv.pumps import Collector, Feeder
 from toolsrv.record import Record
 from toolsrv.sandbox import Policy, Profile, landlock_status, missing_parts, placeholder_values
+from toolsrv.serverdir import ServerDir
+from toolsrv.trusted import Dir, open_dir
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 DEFAULT_RLIMITS = {"as": 8 << 30, "fsize": 1 << 30, "nofile": 4096, "core": 0, "nproc": 4096}
@@ -168,9 +168,15 @@ class Runner:
                 f"no ptrace in a run (seccomp): {'yes' if la.seccomp else 'no'}; "
                 f"tools run as {who}")
 
+    def check(self) -> None:
+        """Prove the scratch base ours now (trusted.open_dir); raises trusted.Untrusted."""
+        self.scratch.open()
+
     async def start(self) -> None:
         """Start the zygote (call early, while the server is small)."""
         await self.launcher.ensure()
+        self.scratch.open()
+        self.scratch.sweep_later()
         self.scratch.refill()
 
     async def close(self) -> None:
@@ -355,11 +361,14 @@ def default_tmp_base() -> str:
 
 class _Scratch:
     """Private per-call directories (0700, owned by the tool's uid), handed out once, never
-    reused.  On a tmpfs (the default base when there is one) mkdir and rmdir take
-    microseconds, and are done on the event loop: no thread hop per call.  On a disk they
-    cost milliseconds (ext4 here: 0.3 ms mkdir, 0.4-1.4 ms rmdir), so directories are made
-    ahead of need and removed in worker threads, and the loop never waits for them.  A
-    directory the tool left files in is removed by a worker thread either way."""
+    reused.  They are made in this server's own directory of the base (serverdir.py: held
+    by a lock while the server lives, swept by a later server once it is gone), and made,
+    chowned and removed through that directory's fd (trusted.py).  On a tmpfs (the default
+    base when there is one) mkdir and rmdir take microseconds, and are done on the event
+    loop: no thread hop per call.  On a disk they cost milliseconds (ext4 here: 0.3 ms
+    mkdir, 0.4-1.4 ms rmdir), so directories are made ahead of need and removed in worker
+    threads, and the loop never waits for them.  A directory the tool left files in is
+    removed by a worker thread either way."""
 
     def __init__(self, base: str | None, owner: tuple[int, int] | None, ahead: int = 8,
                  inline: bool | None = None) -> None:
@@ -370,27 +379,22 @@ class _Scratch:
         self.pending: set[asyncio.Future[None]] = set()
         self._checked = False
         self._names = itertools.count(1)
-        self._inline = inline        # None: decided by the base's filesystem (_check)
+        self._inline = inline        # None: decided by the base's filesystem (open)
         self.inline = False
         self._check_lock = threading.Lock()
+        self.own: ServerDir | None = None
+        self.dir: Dir | None = None  # this server's directory in the base
 
-    def _check(self) -> None:
-        """Once, before the first directory, in whichever thread gets there first (a
-        worker filling ahead, or the loop): the base is ours, the leftovers are swept."""
+    def open(self) -> None:
+        """Once, before the first directory, in whichever thread gets there first: the
+        base proved ours, this server's directory in it claimed."""
         if self._checked:
             return
         with self._check_lock:
             if self._checked:
                 return
-            try:
-                os.mkdir(self.base, 0o711)
-            except FileExistsError:
-                pass
-            st = os.lstat(self.base)
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-                raise OSError(f"{self.base} is not a directory owned by us")
-            os.chmod(self.base, 0o711)
-            self._sweep()
+            self.own = ServerDir(open_dir(self.base, 0o711))
+            self.dir = self.own.claim()
             self.inline = _on_tmpfs(self.base) if self._inline is None else self._inline
             self._checked = True
 
@@ -403,37 +407,31 @@ class _Scratch:
         return self._base
 
     def _make(self) -> str:
-        self._check()
-        while True:   # names are ours alone: the base is 0711 and owned by us
-            path = os.path.join(self.base, f"run-{os.getpid()}-{next(self._names)}")
+        self.open()
+        assert self.dir is not None
+        while True:   # names are ours alone: the directory is 0711 and owned by us
+            name = f"run-{next(self._names)}"
             try:
-                os.mkdir(path, 0o700)
+                path = self.dir.mkdir(name, 0o700)
                 break
             except FileExistsError:
                 continue
         if self.owner:
             try:
-                os.chown(path, *self.owner)
+                self.dir.chown(name, *self.owner)
             except OSError:
-                os.rmdir(path)
+                self.dir.rmdir(name)
                 raise
         return path
 
-    def _sweep(self) -> None:
-        """Remove directories left by servers that died (named run-<server pid>-…)."""
-        for name in os.listdir(self.base):
-            parts = name.split("-")
-            if len(parts) < 3 or parts[0] != "run" or not parts[1].isdigit():
-                continue
-            pid = int(parts[1])
-            if pid == os.getpid():
-                continue
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                shutil.rmtree(os.path.join(self.base, name), ignore_errors=True)
-            except PermissionError:
-                pass
+    def sweep(self) -> int:
+        """Remove the directories of servers that are gone (serverdir.py)."""
+        self.open()
+        assert self.own is not None
+        return self.own.sweep()
+
+    def sweep_later(self) -> None:
+        self._track(asyncio.get_running_loop().run_in_executor(None, self.sweep))
 
     def _fill(self) -> None:
         while len(self.ready) < self.ahead:
@@ -443,7 +441,7 @@ class _Scratch:
         def done(f: asyncio.Future[None]) -> None:
             self.pending.discard(f)
             if not f.cancelled():
-                f.exception()  # retrieved: a failed rmtree is not worth a warning
+                f.exception()  # retrieved: a failed removal is not worth a warning
 
         self.pending.add(fut)
         fut.add_done_callback(done)
@@ -473,13 +471,17 @@ class _Scratch:
         return path
 
     def release(self, path: str) -> None:
+        d = self.dir
+        if d is None:
+            return
+        name = os.path.basename(path)
         if self.inline:
             try:
-                os.rmdir(path)        # the tool left nothing: one system call
+                d.rmdir(name)         # the tool left nothing: one system call
                 return
             except OSError:
                 pass
-        self._track(asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, path, True))
+        self._track(asyncio.get_running_loop().run_in_executor(None, d.remove, name))
 
     async def close(self) -> None:
         if self.pending:
@@ -488,3 +490,8 @@ class _Scratch:
             self.release(self.ready.popleft())
         if self.pending:
             await asyncio.wait(self.pending, timeout=10)
+        if self.own is not None and not self.pending:   # no thread is using the fds
+            self.own.close()          # this server's directory, and whatever is left in it
+            self.own.base.close()
+            self.own = self.dir = None
+            self._checked = False

@@ -10,7 +10,10 @@ paths.
 By default a session's cwd is a private directory made for it under
 `work_dir` and removed with it; a cwd set by the client is used as it is and
 never removed.  When tools run as another uid (the server runs as root),
-the private directory is chowned to that uid so the tool can use it.
+the private directory is chowned to that uid so the tool can use it.  The
+work directory is a trusted.Dir (proved ours, see trusted.py): private
+directories are made, chowned and removed through its fd, and a removal
+never follows a symlink a tool planted.
 
 The store saves itself to `<state_dir>/state.json` after every change, with
 an atomic write (temp file, fsync, rename): a crash or a full disk leaves
@@ -34,11 +37,11 @@ import itertools
 import json
 import logging
 import os
-import shutil
 import time
 from typing import Any, Awaitable, Callable, TypeVar
 
 from . import errors as E
+from . import trusted
 from .errors import P9Error
 from .names import valid_name
 from .record import Plain
@@ -203,12 +206,13 @@ class _Writer:
 class SessionStore:
     """All sessions of the server, saved to disk after every change."""
 
-    def __init__(self, state_dir: str | None, work_dir: str,
+    def __init__(self, state_dir: str | None, work_dir: str | trusted.Dir,
                  tool_uid: tuple[int, int] | None = None,
                  check_profile: Callable[[str], None] | None = None,
                  max_sessions: int = 10000, max_agents: int = 256) -> None:
         self.state_dir = state_dir
-        self.work_dir = work_dir
+        self._work = work_dir if isinstance(work_dir, trusted.Dir) else None
+        self.work_dir = work_dir if isinstance(work_dir, str) else work_dir.path
         self.tool_uid = tool_uid
         self.check_profile = check_profile
         self.max_sessions = max_sessions
@@ -237,7 +241,7 @@ class SessionStore:
                 for a in list(s.agents.values()):
                     self._drop_agent(a)
                 s.alive = False
-                shutil.rmtree(s.cwd, ignore_errors=True)
+                self.remove_private_cwd(s.cwd)
         return self._then(self._commit(s, undo), s)
 
     def remove(self, name: str) -> None:
@@ -248,7 +252,7 @@ class SessionStore:
             self._drop_agent(a)
         s.alive = False
         if s.private_cwd:
-            shutil.rmtree(s.cwd, ignore_errors=True)
+            self.remove_private_cwd(s.cwd)
         self._commit(s)           # not waited for: a removal happens even if unsaved
 
     def set_cwd(self, s: Session, path: str) -> None | Awaitable[None]:
@@ -265,7 +269,7 @@ class SessionStore:
 
         def done() -> None:
             if drop:
-                shutil.rmtree(old[0], ignore_errors=True)
+                self.remove_private_cwd(old[0])
         return self._then(self._commit(s, undo), None, done)
 
     def set_sandbox(self, s: Session, name: str) -> None | Awaitable[None]:
@@ -317,24 +321,45 @@ class SessionStore:
                 log.exception("agent removal hook failed")
 
     # -- private working directories --
+    def work(self) -> trusted.Dir:
+        """The work directory, opened and proved ours on first use when given as a path."""
+        if self._work is None:
+            self._work = trusted.open_dir(self.work_dir, 0o711)
+        return self._work
+
     def _make_private_cwd(self, name: str) -> str:
         try:
-            os.makedirs(self.work_dir, mode=0o711, exist_ok=True)
+            work = self.work()
             for _ in range(100):   # a directory of an earlier server with our pid: next name
-                path = os.path.join(self.work_dir, f"{name}.{os.getpid()}.{next(_serials)}")
+                entry = f"{name}.{os.getpid()}.{next(_serials)}"
                 try:
-                    os.mkdir(path, 0o700)
+                    path = work.mkdir(entry, 0o700)
                     break
                 except FileExistsError:
                     continue
             else:
                 raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST))
             if self.tool_uid is not None:
-                os.chown(path, *self.tool_uid)
-        except OSError as e:
-            log.error("session %s: cannot make its directory %s: %s", name, path, e)
-            raise P9Error(f"input/output error: session directory: {e.strerror}") from None
+                work.chown(entry, *self.tool_uid)
+        except (OSError, trusted.Untrusted) as e:
+            why = getattr(e, "strerror", None) or str(e)
+            log.error("session %s: cannot make its directory in %s: %s", name, self.work_dir, why)
+            raise P9Error(f"input/output error: session directory: {why}") from None
         return path
+
+    def close(self) -> None:
+        """Close the work directory's fd (the server is stopping)."""
+        if self._work is not None:
+            self._work.close()
+
+    def remove_private_cwd(self, path: str) -> None:
+        """Remove a private cwd and all in it (through the work directory's fd when it is
+        there), never following a symlink."""
+        parent, entry = os.path.split(path)
+        if self._work is not None and parent == self._work.path:
+            self._work.remove(entry)
+        else:
+            trusted.remove_path(path)
 
     # -- persistence --
     def _path(self) -> str | None:

@@ -25,10 +25,12 @@ runs on Python >= 3.9.
 """
 import base64
 import collections
+import errno
 import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -51,6 +53,33 @@ class ToolError(Exception):
 
 def fail(msg, code=1):
     raise ToolError(msg, code)
+
+
+SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def special(mode):
+    """None for a regular file or a directory; else what it is ("a FIFO", ...)."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    for test, kind in SPECIAL:
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def open_regular(apath):
+    """The regular file apath opened for reading, never blocking: opened with O_NONBLOCK
+    (a FIFO put where a file was does not wait for a writer), then fstat; anything but a
+    regular file raises OSError."""
+    fd = os.open(apath, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file: it is %s (invalid argument)"
+                      % (special(mode) or "a directory"))
+    return os.fdopen(fd, "rb")
 
 
 # ---------------------------------------------------------------- arguments
@@ -202,9 +231,9 @@ def load_rules(directory):
     rules = []
     for fname in IGNORE_FILES:
         try:
-            with open(os.path.join(directory, fname), "r", encoding="utf-8",
-                      errors="replace") as f:
-                for line in f.read().split("\n"):
+            with open_regular(os.path.join(directory, fname)) as f:
+                text = f.read().decode("utf-8", errors="replace")
+                for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
                     r = Rule(line, directory)
                     if r.regex is not None:
                         rules.append(r)
@@ -366,7 +395,7 @@ def python_events(a, root):
             continue
         _, shown, apath = t
         try:
-            f = open(apath, "rb")
+            f = open_regular(apath)
         except OSError as e:
             yield ("warn", "%s: %s" % (shown, e.strerror or e))
             continue
@@ -564,9 +593,12 @@ def main(argv):
             a["path"] = root
         if not os.path.exists(root):
             fail("no such file or directory: %s" % (a["path"] or root))
+        kind = special(os.stat(root).st_mode)
+        if kind:
+            fail("not a regular file: %s is %s (invalid argument)" % (a["path"] or root, kind))
         if os.path.isfile(root):
             try:
-                with open(root, "rb") as f:
+                with open_regular(root) as f:
                     head = f.read(BINARY_SNIFF)
             except OSError as e:
                 fail("cannot read %s: %s" % (a["path"], e.strerror or e))
