@@ -137,7 +137,7 @@ def test_example_script_through_the_cli(served):
 
 
 def test_mount_without_9pfuse_says_how_to_get_it(tmp_path):
-    env = dict(os.environ, PATH="/usr/bin:/bin", PLAN9="")
+    env = dict(os.environ, PATH="/usr/bin:/bin", PLAN9=str(tmp_path / "no-plan9"))
     r = run(env, "mount", str(tmp_path / "m"))
     assert r.returncode == 1
     assert "9pfuse not found" in r.stderr and "plan9port" in r.stderr
