@@ -1,49 +1,18 @@
 """The toolsrv command as a new user meets it: serve with no arguments, the
-one-line `call`, the 9p(1)-like verbs, `mount` without 9pfuse, the example script."""
+one-line `call`, the 9p(1)-like verbs, `mount` without 9pfuse, the example script
+(through a mount: test_shell.py)."""
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOLSRV = [sys.executable, "-m", "toolsrv"]
-
-
-@contextlib.contextmanager
-def serving(*args: str, **env_extra: str):
-    """`toolsrv serve ARGS` with a home of its own, until its banner has been printed:
-    (env, banner, process).  Stopped with SIGTERM afterwards; its exit status is then in
-    process.returncode."""
-    home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
-    env = {k: v for k, v in os.environ.items() if k not in ("OLLIE_TOOLS_PATH", "TOOLSRV_ADDR")}
-    env.update(HOME=home, NAMESPACE=os.path.join(home, "ns"),
-               XDG_STATE_HOME=os.path.join(home, "state"), **env_extra)
-    p = subprocess.Popen(TOOLSRV + ["serve", *args], env=env, cwd=REPO,
-                         stderr=subprocess.PIPE, text=True)
-    try:
-        banner = []
-        for line in p.stderr:                 # the banner ends with the log example
-            banner.append(line)
-            if "agent/me/log" in line:
-                break
-        yield env, "".join(banner), p
-    finally:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        shutil.rmtree(home, ignore_errors=True)
+from shellhelpers import REPO, TOOLSRV, serving
 
 
 @pytest.fixture(scope="module")
