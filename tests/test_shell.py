@@ -1,5 +1,5 @@
 """The shell user's path (issue 21) through a real 9pfuse mount: `cat` of a cancelled
-call ends at once.
+call and programs that read every file (`grep -r`, `find -exec cat`) end in seconds.
 
 The server is a `toolsrv serve` of its own; the mount is plan9port's 9pfuse, made with
 `toolsrv mount` and always unmounted.  Tests through the mount skip, saying why, where
@@ -7,6 +7,8 @@ The server is a `toolsrv serve` of its own; the mount is plan9port's 9pfuse, mad
 """
 from __future__ import annotations
 
+import os
+import re
 import time
 
 import pytest
@@ -60,3 +62,56 @@ rm -r session/{s}
     assert "cat: -: Input/output error" in r.stderr
     assert took < 15, took
     assert r.stderr.count("Input/output error") == 1     # one read, one answer
+
+
+def test_tree_walkers_finish_in_seconds(server, mnt):
+    """Issue 21 item 3: `grep -r` over the mount read `revwait`, which blocked for the
+    revwait timeout (60 s, in uninterruptible sleep).  With sessions, agents, loaded tools
+    and a finished call in the tree and no call running, walkers take seconds."""
+    a = f"{mnt}/session/walk/agent/a"
+    sh(f"""set -e
+mkdir {mnt}/session/walk {a}
+echo tool_load sleeper file_read > {a}/ctl
+echo '{{"t": "0"}}' > {a}/tools/sleeper/call
+cat {a}/tools/sleeper/out
+cat {a}/tools/sleeper/status | grep '^ok'
+""", server, check=True)
+    try:
+        for cmd in (f"grep -r hello {mnt}; test $? -le 1",
+                    f"find {mnt} -type f -exec cat {{}} + > /dev/null",
+                    f"grep -r -l . {mnt} > /dev/null"):
+            t0 = time.monotonic()
+            r = sh(cmd, server, timeout=30)
+            took = time.monotonic() - t0
+            assert r.returncode == 0, (cmd, r.stderr)
+            assert took < 10, (cmd, took)
+    finally:
+        sh(f"rm -r {mnt}/session/walk", server)
+
+
+def test_revwait_through_the_mount_waits_on_a_descriptor(server, mnt):
+    """The wait as a shell does it through 9pfuse (doc/scripting.md): write the revision
+    seen to a read-write descriptor of revwait, read on it."""
+    tools = os.path.join(server["HOME"], ".config", "ollie", "tools")
+    seen = open(f"{mnt}/revision").read().strip()
+    script = f"""
+exec 3<>{mnt}/revwait
+echo {seen} >&3
+head -n 1 <&3
+"""
+    import subprocess
+    p = subprocess.Popen(["bash", "-c", script], env=server, stdout=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        time.sleep(0.5)
+        assert p.poll() is None                      # waiting for a change
+        with open(os.path.join(tools, "later.tmp"), "w") as f:
+            f.write('{"description": "appears", "cmd": "cat"}')
+        os.rename(os.path.join(tools, "later.tmp"), os.path.join(tools, "later.meta"))
+        out, _ = p.communicate(timeout=20)
+        assert re.fullmatch(r"\d+\n", out) and int(out) > int(seen), out
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+            p.wait()
+        os.unlink(os.path.join(tools, "later.meta"))

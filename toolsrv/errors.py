@@ -53,6 +53,7 @@ EBADMODE = "illegal open mode (invalid argument)"
 EINTERNAL = "input/output error: internal server error"
 EBUSY = "resource busy: too many in use"
 ETIMEOUT = "timeout"
+EREVWAIT = "revwait: write a revision number (invalid argument)"
 
 DECLARED = [v for k, v in dict(globals()).items()
             if k.isupper() and k not in ("ERRMAX", "DECLARED") and isinstance(v, str)]
