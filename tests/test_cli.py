@@ -1,6 +1,6 @@
 """The toolsrv command as a new user meets it: serve with no arguments, the
-one-line `call`, the 9p(1)-like verbs, `mount` without 9pfuse, the example script
-(through a mount: test_shell.py)."""
+one-line `call`, the 9p(1)-like verbs, `mount` without 9pfuse (the example script and
+the mount: test_shell.py)."""
 from __future__ import annotations
 
 import os
@@ -92,17 +92,6 @@ def test_verbs(served):
     assert run(env, "rm", "session/v").returncode == 0
     r = run(env, "read", "-a", "unix!/tmp/definitely-not-a-toolsrv", "revision")
     assert r.returncode == 1 and "cannot connect to unix!/tmp/definitely-not-a-toolsrv" in r.stderr
-
-
-def test_example_script_through_the_cli(served):
-    env = dict(served[0])
-    env["TOOLSRV"] = " ".join(TOOLSRV)
-    r = subprocess.run(["sh", os.path.join(REPO, "examples", "session.sh")], env=env,
-                       cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "     2\tbeta" in r.stdout and "notes.txt:3:gamma" in r.stdout
-    assert "status: exit 1" in r.stdout and "no such file: missing.txt" in r.stdout
-    assert r.stdout.rstrip().endswith("done")
 
 
 def test_mount_without_9pfuse_says_how_to_get_it(tmp_path):

@@ -1,5 +1,6 @@
-"""The shell user's path (issue 21) through a real 9pfuse mount: `cat` of a cancelled
-call and programs that read every file (`grep -r`, `find -exec cat`) end in seconds.
+"""The shell user's path (issue 21): examples/session.sh through the CLI and through a
+real 9pfuse mount; through the mount, `cat` of a cancelled call and programs that read
+every file (`grep -r`, `find -exec cat`) end in seconds.
 
 The server is a `toolsrv serve` of its own; the mount is plan9port's 9pfuse, made with
 `toolsrv mount` and always unmounted.  Tests through the mount skip, saying why, where
@@ -13,9 +14,10 @@ import time
 
 import pytest
 
-from shellhelpers import TOOLSRV, fuse_missing, mounted, serving, sh
+from shellhelpers import REPO, TOOLSRV, fuse_missing, mounted, serving, sh, wait_until
 
 SLEEPER = "#!/bin/sh\nexec sleep \"$(sed 's/[^0-9.]//g')\"\n"
+SCRIPT = os.path.join(REPO, "examples", "session.sh")
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +34,50 @@ def mnt(server):
         pytest.skip(why)
     with mounted(server) as m:
         yield m
+
+
+def sessions(env: dict) -> list[str]:
+    r = sh(f"{env['TOOLSRV']} ls session", env, check=True)
+    return [ln.rstrip("/") for ln in r.stdout.split()]
+
+
+# ------------------------------------------------------------------ examples/session.sh
+
+@pytest.mark.parametrize("way", ["cli", "mount"])
+def test_example_script(request, server, way):
+    """Issue 21 item 6: through the mount the failing step's write returned 0 and `cat
+    out` printed nothing and exited 0, so the script said "unexpected success", exited 1
+    and left its session behind."""
+    argv = ["sh", SCRIPT] + ([request.getfixturevalue("mnt")] if way == "mount" else [])
+    r = sh(" ".join(argv), server, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "     2\tbeta" in r.stdout and "notes.txt:3:gamma" in r.stdout
+    assert "status: exit 1" in r.stdout and "no such file: missing.txt" in r.stdout
+    assert r.stdout.rstrip().endswith("done")
+    assert not [s for s in sessions(server) if s.startswith("demo.")]
+
+
+@pytest.mark.parametrize("way", ["cli", "mount"])
+def test_example_script_removes_its_session_when_a_step_fails(request, server, way):
+    """A step that fails (here: file_grep is not in the registry, hidden by a broken
+    override) ends the script with an error, and its trap removes the session."""
+    argv = ["sh", SCRIPT] + ([request.getfixturevalue("mnt")] if way == "mount" else [])
+    tools = os.path.join(server["HOME"], ".config", "ollie", "tools")
+    broken = os.path.join(tools, "file_grep.meta")
+    with open(broken, "w") as f:
+        f.write("{not json")
+    try:
+        assert wait_until(lambda: "file_grep" not in sh(
+            f"{server['TOOLSRV']} read tools/index", server).stdout)
+        r = sh(" ".join(argv), server, timeout=120)
+        assert r.returncode != 0 and "done" not in r.stdout, (r.stdout, r.stderr)
+        if way == "cli":        # through the mount dash says only "printf: I/O error"
+            assert "tool_load: no such tool: file_grep" in r.stderr
+        assert not [s for s in sessions(server) if s.startswith("demo.")]
+    finally:
+        os.unlink(broken)
+        assert wait_until(lambda: "file_grep" in sh(
+            f"{server['TOOLSRV']} read tools/index", server).stdout)
 
 
 # ------------------------------------------------------------------ through the mount
