@@ -62,6 +62,7 @@ def test_banner_examples_work_on_a_non_default_address():
 
 def test_call_shortcut(served):
     env = served[0]
+    assert run(env, "mkdir", "session/c1").returncode == 0     # its own private cwd
     r = run(env, "call", "c1", "bot", "file_write", '{"path": "x.txt", "content": "hi\\n"}')
     assert r.returncode == 0, r.stderr
     r = run(env, "call", "c1", "bot", "file_read", '{"path": "x.txt"}')
@@ -73,6 +74,43 @@ def test_call_shortcut(served):
     r = run(env, "call", "c1", "bot", "nosuch", "{}")
     assert r.returncode == 1 and "tool_load: no such tool: nosuch" in r.stderr
     assert "call file_read" in run(env, "read", "session/c1/agent/bot/log").stdout
+
+
+def _project(text: str) -> str:
+    """A directory with a README.md, as a user's checkout, that tools can read."""
+    d = tempfile.mkdtemp(prefix="project.", dir="/tmp")
+    os.chmod(d, 0o755)
+    with open(os.path.join(d, "README.md"), "w") as f:
+        f.write(text)
+    return d
+
+
+def test_call_works_where_you_stand(served):
+    """Issue 14: a session that `toolsrv call` creates gets the caller's directory as its
+    cwd, `--cwd DIR` sets it (relative to where you stand), an existing session keeps its
+    own, and a cwd that cannot be set leaves no session behind."""
+    env = served[0]
+    here, there = _project("project readme\n"), _project("other readme\n")
+    try:
+        def call(*words: str, cwd: str = here) -> subprocess.CompletedProcess:
+            return subprocess.run(TOOLSRV + ["call", *words], env=env, cwd=cwd, text=True,
+                                  capture_output=True, timeout=60)
+        r = call("here1", "a", "file_read", '{"path": "README.md"}')
+        assert r.returncode == 0 and r.stdout == "     1\tproject readme\n", r.stderr
+        assert run(env, "read", "session/here1/cwd").stdout == os.path.realpath(here) + "\n"
+        r = call("here1", "a", "file_read", '{"path": "README.md"}', cwd=REPO)   # kept
+        assert r.stdout == "     1\tproject readme\n", r.stderr
+        r = call("--cwd", os.path.basename(there), "here1", "a", "file_read",
+                 '{"path": "README.md"}', cwd=os.path.dirname(there))
+        assert r.stdout == "     1\tother readme\n", r.stderr
+        r = call("--cwd", there, "here2", "a", "file_read", '{"path": "README.md"}')
+        assert r.stdout == "     1\tother readme\n", r.stderr
+        r = call("--cwd", "/nonexistent/dir", "here3", "a", "file_read", '{"path": "x"}')
+        assert r.returncode == 1 and "cwd: no such directory: /nonexistent/dir" in r.stderr
+        assert "here3" not in run(env, "ls", "session").stdout
+    finally:
+        shutil.rmtree(here, ignore_errors=True)
+        shutil.rmtree(there, ignore_errors=True)
 
 
 def test_verbs(served):
