@@ -26,8 +26,8 @@ def fuse_missing() -> str | None:
     """Why a 9pfuse mount cannot be made here, or None."""
     from toolsrv.mount import find_9pfuse
     if find_9pfuse() is None:
-        return ("9pfuse not found (on PATH, in $PLAN9/bin or /usr/local/plan9/bin): "
-                "build plan9port to run the tests through a real mount")
+        return ("9pfuse not found (on PATH, or in $PLAN9/bin, PLAN9 defaulting to "
+                "/usr/local/plan9): build plan9port to run the tests through a real mount")
     if not os.path.exists("/dev/fuse"):
         return "no /dev/fuse: FUSE is not available here"
     if not (shutil.which("fusermount3") or shutil.which("fusermount")):
