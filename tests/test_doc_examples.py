@@ -167,6 +167,23 @@ def run_transcript(b: Block, env: dict, cwd: str) -> None:
             f"{b}: $ {cmd}\nwant: {want}\ngot:  {lines}"
 
 
+def _waiting_in(sid: int, word: str, limit: float = 30.0) -> bool:
+    """True once a process of session sid has `word` in its command line."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.getsid(int(pid)) != sid:
+                    continue
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if word.encode() in f.read().split(b"\0"):
+                        return True
+            except OSError:
+                continue
+        time.sleep(0.05)
+    return False
+
+
 def run_wait_loop(b: Block, env: dict, cwd: str) -> None:
     """The loop that waits for the registry: one change, then more than a revwait timeout
     (3 s here) of nothing: it must say "revision now" exactly once."""
@@ -176,7 +193,8 @@ def run_wait_loop(b: Block, env: dict, cwd: str) -> None:
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          start_new_session=True)
     try:
-        time.sleep(1.5)
+        assert _waiting_in(p.pid, "revwait"), "the loop never came to wait"
+        time.sleep(0.3)
         with open(os.path.join(tools, "doc_loop.tmp"), "w") as f:
             f.write('{"description": "appears once", "cmd": "cat"}')
         os.rename(os.path.join(tools, "doc_loop.tmp"), os.path.join(tools, "doc_loop.meta"))
