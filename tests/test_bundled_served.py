@@ -122,4 +122,10 @@ def test_client_9p_loads_a_tool_through_its_own_server(agent):
                            "data": "tool_load nope"})
     with pytest.raises(ClientError, match="invalid args"):
         call("client_9p", {"op": "chmod", "path": "x"})
+    # its scope lets it wait for the registry: revwait read (at once), and written to
+    rev = c.read("revision").decode()
+    assert call("client_9p", {"op": "read", "path": "revwait"}) == rev
+    assert call("client_9p", {"op": "rdwr", "path": "revwait", "data": "0"}) == rev
+    with pytest.raises(ClientError, match="session/b/cwd is outside this tool's scope"):
+        call("client_9p", {"op": "write", "path": "session/b/cwd", "data": "/"})
     c.rdwr("session/b/agent/a/ctl", b"tool_load json_value")

@@ -254,6 +254,53 @@ def test_cancel_unload_and_removal_kill_the_run(srv, how):
         _wait_for(lambda: not _procs(marker + "25"), "the run to die")
 
 
+@pytest.mark.parametrize("how", ["cancel", "unload", "rm-agent"])
+def test_a_call_ended_by_cancel_reads_as_a_final_error_not_an_interruption(srv, how):
+    """Issue 21: the reader of a cancelled call was answered `interrupted`, EINTR through
+    9pfuse, which cat retries for ever.  A cancelled call is over: every read of its fid
+    (the one waiting, and each retry) fails with an error 9pfuse maps to EIO."""
+    import errno
+
+    from toolsrv.errors import errno_for
+    marker = {"cancel": "64.1", "unload": "64.2", "rm-agent": "64.3"}[how]
+    with connect(srv) as c:
+        s = f"final{how}"
+        a = agent(c, s, "a", "sleeper")
+        f = next(_fids)
+        c.walk(0, f, a + "/tools/sleeper/call")
+        c.open(f, ORDWR)
+        c.write(f, json.dumps({"t": marker + "25"}).encode())
+        _wait_for(lambda: _procs(marker + "25"), "the tool to start")
+        box: dict = {}
+
+        def blocked() -> None:
+            try:
+                box["r"] = c.rpc(Tread(fid=f, offset=0, count=100), Rread, tag=78)
+            except RemoteError as e:
+                box["e"] = str(e)
+
+        t = threading.Thread(target=blocked)
+        t.start()
+        c.stat(f)                                  # the read is in flight
+        with connect(srv) as c2:
+            if how == "cancel":
+                rdwr(c2, a + "/ctl", b"cancel sleeper")
+            elif how == "unload":
+                rdwr(c2, a + "/ctl", b"tool_unload sleeper")
+            else:
+                g = next(_fids)
+                c2.walk(0, g, a)
+                c2.remove(g)
+        t.join(10)
+        assert "e" in box, box
+        assert errno_for(box["e"]) == errno.EIO, box["e"]
+        for _ in range(2):                         # a retry gets the same final answer
+            with pytest.raises(RemoteError) as e:
+                c.read(f, offset=0)
+            assert errno_for(str(e.value)) == errno.EIO, str(e.value)
+        _wait_for(lambda: not _procs(marker + "25"), "the run to die")
+
+
 def test_readonly_calls_overlap(srv):
     with connect(srv) as c:
         a = agent(c, "ro", "a", "meet_ro")
@@ -385,7 +432,8 @@ def test_cancel_keeps_what_the_run_printed(srv):
         assert read(c, a + "/tools/chatty/err") == b"warming\n"
         assert read(c, a + "/tools/chatty/status").startswith(b"killed ")
         assert not _procs("63.5")
-        assert "interrupted: cancelled" in read(c, a + "/log").decode()
+        assert "-> killed" in read(c, a + "/log").decode()
+        assert "cancelled (input/output error)" in read(c, a + "/log").decode()
 
 
 @contextlib.contextmanager

@@ -1,49 +1,18 @@
 """The toolsrv command as a new user meets it: serve with no arguments, the
-one-line `call`, the 9p(1)-like verbs, `mount` without 9pfuse, the example script."""
+one-line `call`, the 9p(1)-like verbs, `mount` without 9pfuse (the example script and
+the mount: test_shell.py)."""
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOLSRV = [sys.executable, "-m", "toolsrv"]
-
-
-@contextlib.contextmanager
-def serving(*args: str, **env_extra: str):
-    """`toolsrv serve ARGS` with a home of its own, until its banner has been printed:
-    (env, banner, process).  Stopped with SIGTERM afterwards; its exit status is then in
-    process.returncode."""
-    home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
-    env = {k: v for k, v in os.environ.items() if k not in ("OLLIE_TOOLS_PATH", "TOOLSRV_ADDR")}
-    env.update(HOME=home, NAMESPACE=os.path.join(home, "ns"),
-               XDG_STATE_HOME=os.path.join(home, "state"), **env_extra)
-    p = subprocess.Popen(TOOLSRV + ["serve", *args], env=env, cwd=REPO,
-                         stderr=subprocess.PIPE, text=True)
-    try:
-        banner = []
-        for line in p.stderr:                 # the banner ends with the log example
-            banner.append(line)
-            if "agent/me/log" in line:
-                break
-        yield env, "".join(banner), p
-    finally:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        shutil.rmtree(home, ignore_errors=True)
+from shellhelpers import REPO, TOOLSRV, serving
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +62,7 @@ def test_banner_examples_work_on_a_non_default_address():
 
 def test_call_shortcut(served):
     env = served[0]
+    assert run(env, "mkdir", "session/c1").returncode == 0     # its own private cwd
     r = run(env, "call", "c1", "bot", "file_write", '{"path": "x.txt", "content": "hi\\n"}')
     assert r.returncode == 0, r.stderr
     r = run(env, "call", "c1", "bot", "file_read", '{"path": "x.txt"}')
@@ -104,6 +74,43 @@ def test_call_shortcut(served):
     r = run(env, "call", "c1", "bot", "nosuch", "{}")
     assert r.returncode == 1 and "tool_load: no such tool: nosuch" in r.stderr
     assert "call file_read" in run(env, "read", "session/c1/agent/bot/log").stdout
+
+
+def _project(text: str) -> str:
+    """A directory with a README.md, as a user's checkout, that tools can read."""
+    d = tempfile.mkdtemp(prefix="project.", dir="/tmp")
+    os.chmod(d, 0o755)
+    with open(os.path.join(d, "README.md"), "w") as f:
+        f.write(text)
+    return d
+
+
+def test_call_works_where_you_stand(served):
+    """Issue 14: a session that `toolsrv call` creates gets the caller's directory as its
+    cwd, `--cwd DIR` sets it (relative to where you stand), an existing session keeps its
+    own, and a cwd that cannot be set leaves no session behind."""
+    env = served[0]
+    here, there = _project("project readme\n"), _project("other readme\n")
+    try:
+        def call(*words: str, cwd: str = here) -> subprocess.CompletedProcess:
+            return subprocess.run(TOOLSRV + ["call", *words], env=env, cwd=cwd, text=True,
+                                  capture_output=True, timeout=60)
+        r = call("here1", "a", "file_read", '{"path": "README.md"}')
+        assert r.returncode == 0 and r.stdout == "     1\tproject readme\n", r.stderr
+        assert run(env, "read", "session/here1/cwd").stdout == os.path.realpath(here) + "\n"
+        r = call("here1", "a", "file_read", '{"path": "README.md"}', cwd=REPO)   # kept
+        assert r.stdout == "     1\tproject readme\n", r.stderr
+        r = call("--cwd", os.path.basename(there), "here1", "a", "file_read",
+                 '{"path": "README.md"}', cwd=os.path.dirname(there))
+        assert r.stdout == "     1\tother readme\n", r.stderr
+        r = call("--cwd", there, "here2", "a", "file_read", '{"path": "README.md"}')
+        assert r.stdout == "     1\tother readme\n", r.stderr
+        r = call("--cwd", "/nonexistent/dir", "here3", "a", "file_read", '{"path": "x"}')
+        assert r.returncode == 1 and "cwd: no such directory: /nonexistent/dir" in r.stderr
+        assert "here3" not in run(env, "ls", "session").stdout
+    finally:
+        shutil.rmtree(here, ignore_errors=True)
+        shutil.rmtree(there, ignore_errors=True)
 
 
 def test_verbs(served):
@@ -125,19 +132,8 @@ def test_verbs(served):
     assert r.returncode == 1 and "cannot connect to unix!/tmp/definitely-not-a-toolsrv" in r.stderr
 
 
-def test_example_script_through_the_cli(served):
-    env = dict(served[0])
-    env["TOOLSRV"] = " ".join(TOOLSRV)
-    r = subprocess.run(["sh", os.path.join(REPO, "examples", "session.sh")], env=env,
-                       cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "     2\tbeta" in r.stdout and "notes.txt:3:gamma" in r.stdout
-    assert "status: exit 1" in r.stdout and "no such file: missing.txt" in r.stdout
-    assert r.stdout.rstrip().endswith("done")
-
-
 def test_mount_without_9pfuse_says_how_to_get_it(tmp_path):
-    env = dict(os.environ, PATH="/usr/bin:/bin", PLAN9="")
+    env = dict(os.environ, PATH="/usr/bin:/bin", PLAN9=str(tmp_path / "no-plan9"))
     r = run(env, "mount", str(tmp_path / "m"))
     assert r.returncode == 1
     assert "9pfuse not found" in r.stderr and "plan9port" in r.stderr

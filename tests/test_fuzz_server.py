@@ -77,7 +77,7 @@ PATHS = [("session", "s", "agent", "a", "tools", "echo", f) for f in ("call", "o
 DATA = [b"tool_load echo\n", b"tool_load echo file_read", b"tool_unload echo\n",
         b"cancel echo\n", b"bogus\n", b"tool_load nosuch\n", b'{"x": 1}', b'{"slow": 1}',
         b'{"fail": 1}', b'{"x":', b"1}", b"[1, 2]", b'{"elevated": true}', b"\xff\xfe",
-        b"/tmp", b"default", b"../../etc", b"", b"x" * 5000]
+        b"/tmp", b"default", b"../../etc", b"", b"x" * 5000, b"0\n"]
 
 fids = st.sampled_from([1, 2, 3, 4, 5, 6, NOFID] * 3 + [0])   # the root (fid 0), now and then
 from_fids = st.sampled_from([0, 0, 0, 1, 2, 3, 4])

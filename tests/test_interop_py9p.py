@@ -116,7 +116,9 @@ def test_errors(server):
 def test_flush_cancels_blocking_revwait(server):
     with connect(server) as c:
         c.walk(0, 1, "revwait")
-        c.open(1, OREAD)
+        c.open(1, ORDWR)
+        assert c.read(1, offset=0) == b"0\n"              # a plain read does not wait
+        c.write(1, b"0")                                   # wait for a change from 0
         result: dict = {}
 
         def blocked() -> None:
@@ -139,7 +141,8 @@ def test_flush_cancels_blocking_revwait(server):
 def test_revwait_returns_next_revision(server):
     with connect(server) as c:
         c.walk(0, 1, "revwait")
-        c.open(1, OREAD)
+        c.open(1, ORDWR)
+        c.write(1, b"0\n")
         out: dict = {}
         t = threading.Thread(target=lambda: out.setdefault("d", c.read(1)))
         t.start()

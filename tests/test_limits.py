@@ -18,7 +18,7 @@ import pytest
 
 from proto import (
     IOHDRSZ, NOFID, NOTAG, Framer, Rerror, Rread, Rversion, Tattach, Tclunk, Topen, Tread,
-    Tversion, Twalk, encode,
+    Tversion, Twalk, Twrite, encode,
 )
 from toolsrv.__main__ import build_parser, serve_options
 from toolsrv.client import Client, ClientError
@@ -182,9 +182,11 @@ def test_fid_limit(app_with):
 def test_inflight_limit_and_flush(app_with):
     app = app_with(max_inflight=2, revwait_timeout=60)
     raw = Raw(app.addr)
+    rev = app.call(lambda: app.app.registry.revision)
     for f in (1, 2, 3):
         raw.ok(Twalk(1, 0, f, ("revwait",)))
-        raw.ok(Topen(1, f, 0))
+        raw.ok(Topen(1, f, 2))
+        raw.ok(Twrite(1, f, 0, str(rev).encode()))         # wait from the current one
     raw.send(Tread(10, 1, 0, 100), Tread(11, 2, 0, 100))  # both block until a change
     r = raw.rpc(Tread(12, 3, 0, 100))
     assert r == Rerror(12, "resource busy: too many requests in flight (limit 2)")

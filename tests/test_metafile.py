@@ -25,7 +25,9 @@ BROKEN = [
     (b"\xff{}", "not UTF-8: byte 0xff at offset 0"),
     (b'{\n  "description": "x"\n  "tier": "hot"\n}', "line 3 column 3: Expecting ',' delimiter"),
     (b'{"description": "x",}', "line 1 column 21: "),  # wording varies by Python version
-    (b'{"x": NaN}', "NaN is not valid JSON"),
+    (b'{"x": NaN}', "line 1 column 7: NaN is not valid JSON"),
+    (b'{"s": "NaN \\" Infinity",\n "b": [1, -Infinity]}',
+     "line 2 column 11: -Infinity is not valid JSON"),              # not inside a string
     (b"[]", "must be a JSON object, not an array"),
     (b'"tool"', "must be a JSON object, not a string"),
     (meta(description=3), "description: must be a string, not a number"),

@@ -45,23 +45,25 @@ def test_tools_files(served):
 def test_live_reload_through_revwait(served):
     app, c, d = served
     rev = int(c.read("revision"))
-    fid = c.open("revwait")
+    assert int(c.read("revwait")) == rev                  # a plain read answers at once
     got: dict = {}
-    t = threading.Thread(target=lambda: got.setdefault("r", c.read_fid(fid)))
+    t = threading.Thread(target=lambda: got.setdefault("r", c.rdwr("revwait", b"%d" % rev)))
     t.start()
     add_tool(d, "beta", "#!/bin/sh\ncat\n", {"description": "second tool"})
     t.join(30)
-    c.clunk(fid)
     new = int(got["r"])
     assert new == rev + 1
     assert int(c.read("revision")) == new and c.stat("revision").qid.vers == new
     assert b"beta\thot\tsecond tool\n" in c.read("tools/index")
-    # and it goes when its .meta goes
-    fid = c.open("revwait")
+    # and it goes when its .meta goes: the same fid waits again after another write
+    fid = c.open("revwait", 2)
+    c.write_fid(fid, b"%d" % new)
     t = threading.Thread(target=lambda: got.__setitem__("r2", c.read_fid(fid)))
     t.start()
     os.unlink(os.path.join(d, "beta.meta"))
     t.join(30)
+    c.write_fid(fid, b"%d" % rev)                         # long past: answered at once
+    assert int(c.read_fid(fid)) == new + 1
     c.clunk(fid)
     assert int(got["r2"]) == new + 1
     assert b"beta" not in c.read("tools/index")

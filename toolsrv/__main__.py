@@ -2,7 +2,7 @@
 
     toolsrv serve [-a ADDR]... [--tools PATH[:PATH]] [--state DIR] [-D]
     toolsrv ls [-l] | read | write | rdwr [DATA] | stat | mkdir | rm  [-a ADDR] PATH
-    toolsrv call SESSION AGENT TOOL JSON
+    toolsrv call [--cwd DIR] SESSION AGENT TOOL JSON
     toolsrv sandbox check [PROFILE]      toolsrv approve [--allow TOOL...]
     toolsrv mount [MOUNTPOINT]           toolsrv umount [MOUNTPOINT]
 
@@ -58,8 +58,11 @@ def build_parser(only: str | None = None,
             c.add_argument("data", nargs="?")
     if only in (None, "call"):
         c = sub.add_parser("call", help="call a tool: creates the session and agent, "
-                           "loads the tool")
+                           "loads the tool; a session it creates works in the current "
+                           "directory")
         _addr_arg(c)
+        c.add_argument("--cwd", metavar="DIR", help="the session's working directory "
+                       "(default, for a session this creates: the current directory)")
         for name in ("session", "agent", "tool", "json"):
             c.add_argument(name)
     if only in (None, "sandbox"):
@@ -367,6 +370,14 @@ def client_verb(args: Any) -> int:
         c.close()
 
 
+def _here() -> str | None:
+    """The caller's current directory (None when it is gone)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
 def _run_verb(c: Any, args: Any) -> int:
     out = sys.stdout.buffer
     v = args.verb
@@ -394,7 +405,9 @@ def _run_verb(c: Any, args: Any) -> int:
         c.rm(args.path)
     elif v == "call":
         from .shortcut import call
-        out.write(call(c, args.session, args.agent, args.tool, args.json))
+        out.write(call(c, args.session, args.agent, args.tool, args.json,
+                       cwd=os.path.abspath(args.cwd) if args.cwd is not None else None,
+                       here=_here()))
     out.flush()
     return 0
 

@@ -33,12 +33,13 @@ def banner(app: Any) -> str:
              + (f" (see: {cmd('read', 'tools/errors')})" if errors else "")]
     if app.runner is not None and hasattr(app.runner, "summary"):
         lines.append(f"toolsrv: sandbox: {app.runner.summary()}")
-    lines.append("toolsrv: try, in another terminal:")
+    lines.append("toolsrv: try, in another terminal (a session that `call` makes works in "
+                 "the directory you call from; --cwd DIR to choose):")
     lines.append("  " + cmd("read", "tools/index"))
-    if "file_write" in reg.tools and "file_read" in reg.tools:
-        lines += ["  " + cmd("call", "demo me file_write "
-                             "'{\"path\": \"hello.txt\", \"content\": \"hello from toolsrv\\n\"}'"),
-                  "  " + cmd("call", "demo me file_read '{\"path\": \"hello.txt\"}'")]
+    if "file_glob" in reg.tools and "file_read" in reg.tools:
+        lines += ["  " + cmd("call", "demo me file_glob '{\"pattern\": \"*\"}'"),
+                  "  " + cmd("call", "demo me file_read '{\"path\": \"README.md\", "
+                             "\"limit\": 5}'")]
     elif reg.tools:
         t = sorted(reg.tools)[0]
         lines += ["  " + cmd("read", f"tools/{t}/prompt"),

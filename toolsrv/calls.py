@@ -11,7 +11,10 @@ at a time in the order they were written (asyncio.Lock is FIFO).  Different
 agents never wait for each other except for the server-wide limit; a call
 waiting for either is `queued`.  Killing (flush of the reading fid, `cancel`,
 `tool_unload`, removal of the agent or session, shutdown) cancels the task,
-and the runner kills the whole process group before the task ends.
+and the runner kills the whole process group before the task ends.  A call
+ended that way is over, not interrupted: its readers get `cancelled (input/output
+error)`, EIO through 9pfuse, which no program retries; `interrupted` (EINTR) is
+only ever the answer to the flushed request itself (server.py).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import os
 import time
 from typing import Any, Callable
 
+from . import errors as E
 from .errors import P9Error
 from .jsonargs import fit
 from .record import Plain
@@ -100,7 +104,7 @@ def outcome(call: Call) -> None:
     """Set state and reason from the runner's result."""
     r = call.result
     if call.kill.is_set() and (r.error or r.cancelled or r.exit_code != 0):
-        call.state, call.reason = "killed", "interrupted: cancelled"   # we stopped it
+        call.state, call.reason = "killed", E.ECANCELLED   # we stopped it
     elif r.error:
         call.state, call.reason = "refused", r.error
     elif r.truncated:
@@ -109,7 +113,7 @@ def outcome(call: Call) -> None:
     elif r.timed_out:
         call.state, call.reason = "timeout", f"timeout after {r.timeout_used:g}s"
     elif r.cancelled:
-        call.state, call.reason = "killed", "interrupted: cancelled"
+        call.state, call.reason = "killed", E.ECANCELLED
     elif r.exit_code == 0:
         call.state, call.reason = "ok", None
     elif r.exit_code is not None:
@@ -159,7 +163,7 @@ class Scheduler:
                     await self._slot_run(call, tool, profile_name)
         except asyncio.CancelledError:
             if call.result is None:
-                call.state, call.reason = "killed", "interrupted: cancelled"
+                call.state, call.reason = "killed", E.ECANCELLED
         except P9Error as e:      # refused before the run: a bad profile, say
             call.state, call.reason = "refused", e.ename
         except Exception as e:
@@ -173,7 +177,7 @@ class Scheduler:
         if call.done.is_set():
             return
         if call.state in ("queued", "running") and call.result is None:
-            call.state, call.reason = "killed", "interrupted: cancelled"   # never started
+            call.state, call.reason = "killed", E.ECANCELLED   # never started
         call.duration = time.monotonic() - call.started
         self.live.discard(call)
         call.done.set()

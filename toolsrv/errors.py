@@ -34,7 +34,8 @@ EISDIR = "is a directory"
 ENOTDIR = "not a directory"
 EFIDINUSE = "fid in use"
 EUNKFID = "bad file: unknown fid"
-EINTR = "interrupted"
+EINTR = "interrupted"          # only the answer to a flushed request (server.py)
+ECANCELLED = "cancelled (input/output error)"  # a call ended by cancel, unload or removal
 ECREATE = "permission denied: create prohibited"
 EREMOVE = "permission denied: remove prohibited"
 EWSTAT = "permission denied: wstat prohibited"
@@ -52,6 +53,7 @@ EBADMODE = "illegal open mode (invalid argument)"
 EINTERNAL = "input/output error: internal server error"
 EBUSY = "resource busy: too many in use"
 ETIMEOUT = "timeout"
+EREVWAIT = "revwait: write a revision number (invalid argument)"
 
 DECLARED = [v for k, v in dict(globals()).items()
             if k.isupper() and k not in ("ERRMAX", "DECLARED") and isinstance(v, str)]

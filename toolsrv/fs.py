@@ -25,7 +25,7 @@ from proto import DMDIR
 from . import errors as E
 from .errors import P9Error
 from .sessions import Agent, Session, SessionStore
-from .tree import Dir_, FixedDir, Node, Qids, TextFile, snapshot_read
+from .tree import Dir_, FixedDir, Node, Qids, TextFile, snapshot_read, stream_read
 
 log = logging.getLogger("toolsrv.fs")
 VALUE_MAX = 4096   # bytes of a cwd or sandbox value (PATH_MAX)
@@ -84,28 +84,53 @@ class ToolsrvFS:
 
 
 class RevwaitFile(Node):
-    """Blocks until the registry revision moves past the one seen at open."""
+    """The revision, and a wait for its next change, without blocking a tree walker.
+
+    A read returns the current revision at once, as `revision` does: `grep -r`,
+    `find -exec cat` and backups read it and move on.  To wait, write the revision you
+    have acted on: the fid's next read blocks until the registry's revision differs from
+    it (at once if it already does) or --revwait-timeout passes, and returns the revision
+    then.  One round trip for an agent (`rdwr revwait N`, pipelined by toolsrv.client),
+    race-free (the number is the client's, not the server's guess at what it saw), and
+    repeatable on one fid: write again, read again.  Reads after a write continue from
+    where the fid's last read ended whatever the offset (stream_read), so a 9pfuse
+    descriptor opened read-write (`exec 3<>revwait`) works as `9p rdwr` does."""
+
+    perm = 0o666
 
     def __init__(self, name: str, qpath: int, parent: Node, fs: ToolsrvFS) -> None:
         super().__init__(name, qpath, parent)
         self.fs = fs
 
+    def _text(self) -> bytes:
+        return f"{self.fs.registry.revision}\n".encode()
+
     def length(self) -> int:
-        return len(f"{self.fs.registry.revision}\n")
+        return len(self._text())
 
-    def open(self, fid: Any, mode: int) -> None:
-        fid.aux["seen"] = self.fs.registry.revision
+    def write(self, fid: Any, offset: int, data: bytes) -> int:
+        text = data.decode("utf-8", "replace").strip()
+        if not text:
+            return len(data)              # a truncate or a bare newline: nothing to wait for
+        if not text.isascii() or not text.isdigit() or len(text) > 20:
+            raise P9Error(E.EREVWAIT)
+        fid.aux["wait"] = int(text)
+        return len(data)
 
-    async def _wait(self, fid: Any, offset: int, count: int) -> bytes:
-        rev = await self.fs.registry.wait_change(fid.aux["seen"], self.fs.revwait_timeout)
+    async def _wait(self, fid: Any, seen: int, count: int) -> bytes:
+        rev = await self.fs.registry.wait_change(seen, self.fs.revwait_timeout)
         fid.aux["snapshot"] = data = f"{rev}\n".encode()
-        return data[offset:offset + count]
+        fid.aux["cursor"] = len(data[:count])
+        return data[:count]
 
     def read(self, fid: Any, offset: int, count: int) -> Any:
-        if offset == 0 and "snapshot" not in fid.aux:
-            return self._wait(fid, offset, count)
-        return snapshot_read(fid, lambda: f"{self.fs.registry.revision}\n".encode(),
-                             offset, count)
+        seen = fid.aux.pop("wait", None)
+        if seen is not None:
+            return self._wait(fid, seen, count)
+        return stream_read(fid, self._text, offset, count)
+
+    def truncate(self, fid: Any) -> None:
+        return None
 
 
 class ToolDir(Dir_):
@@ -353,9 +378,9 @@ class AgentScope:
     """What the connection handed to one agent's tool (client9p profile) may do.
 
     It may read the registry and its own agent's files, write its own agent's
-    ctl and call files, and nothing else: no other session or agent is
-    visible, and cwd, sandbox, mkdir and rm are refused, so a model cannot use
-    the server to widen its own sandbox.
+    ctl and call files and `revwait` (to wait for a change), and nothing else: no
+    other session or agent is visible, and cwd, sandbox, mkdir and rm are refused, so
+    a model cannot use the server to widen its own sandbox.
     """
 
     def __init__(self, session: str, agent: str) -> None:
@@ -366,6 +391,8 @@ class AgentScope:
         mine = len(p) < 2 or p[0] != "session" or (
             p[1] == self.session and (len(p) < 4 or p[3] == self.agent))
         if op == "walk" and mine:
+            return
+        if op == "write" and p == ("revwait",):   # the wait for a change (fs.RevwaitFile)
             return
         if op == "write" and mine and len(p) >= 5 and (
                 p[4] == "ctl" and len(p) == 5 or

@@ -235,7 +235,7 @@ def parse_meta(data: bytes) -> MetaDef:
             raise MetaError("empty file") from None
         raise MetaError(f"line {e.lineno} column {e.colno}: {e.msg}") from None
     except _NotJSON as e:
-        raise MetaError(str(e)) from None
+        raise MetaError(f"{_constant_at(text, e.args[1])}{e.args[0]}") from None
     except RecursionError:
         raise MetaError("JSON nested too deeply") from None
     if not isinstance(doc, dict):
@@ -253,7 +253,22 @@ class _NotJSON(ValueError):
 
 
 def _no_constant(name: str) -> None:
-    raise _NotJSON(f"{name} is not valid JSON")
+    raise _NotJSON(f"{name} is not valid JSON", name)
+
+
+def _constant_at(text: str, name: str) -> str:
+    """`line L column C: ` of the first `name` (NaN, Infinity, -Infinity) outside a
+    string, as json's own errors give it (the decoder's hook is not told where)."""
+    quoted = escaped = False
+    for i, ch in enumerate(text):
+        if quoted:
+            escaped, quoted = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            quoted = True
+        elif text.startswith(name, i):
+            line = text.count("\n", 0, i) + 1
+            return f"line {line} column {i - (text.rfind(chr(10), 0, i) + 1) + 1}: "
+    return ""
 
 
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)

@@ -1,9 +1,12 @@
 """`toolsrv mount` and `toolsrv umount`: plan9port's 9pfuse against the server.
 
 9pfuse is not packaged for Debian; it comes with plan9port.  When it is not
-on $PATH (or in $PLAN9/bin) we say so and how to get it, and exit 1.  The
-mount is started in its own session so it outlives this command, and we wait
-until the kernel shows the mount before returning.
+on $PATH or in $PLAN9/bin ($PLAN9 is /usr/local/plan9 when unset, as for
+plan9port's own scripts) we say so and how to get it, and exit 1.  The mount
+is started in its own session so it outlives this command, and we wait until
+the kernel shows the mount before returning.  9pfuse stays behind as a daemon: it gets no
+descriptor of ours (stdout to /dev/null, stderr to a file read back if it
+fails), so `$(toolsrv mount)` or a pipe from it ends when the mount is up.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -18,7 +22,8 @@ from . import dial
 
 HOWTO = ("toolsrv: 9pfuse not found: it comes with plan9port "
          "(https://9fans.github.io/plan9port/): build plan9port, then put $PLAN9/bin on "
-         "your PATH or set PLAN9; FUSE must be available (/dev/fuse, fusermount)")
+         "your PATH or set PLAN9 (default /usr/local/plan9); FUSE must be available "
+         "(/dev/fuse, fusermount)")
 
 
 def default_mountpoint() -> str:
@@ -26,13 +31,13 @@ def default_mountpoint() -> str:
 
 
 def find_9pfuse() -> str | None:
+    """9pfuse on $PATH, else in $PLAN9/bin ($PLAN9 defaulting to /usr/local/plan9, as
+    plan9port's own scripts have it)."""
     found = shutil.which("9pfuse")
     if found:
         return found
-    plan9 = os.environ.get("PLAN9")
-    if plan9 and os.access(os.path.join(plan9, "bin", "9pfuse"), os.X_OK):
-        return os.path.join(plan9, "bin", "9pfuse")
-    return None
+    exe = os.path.join(os.environ.get("PLAN9") or "/usr/local/plan9", "bin", "9pfuse")
+    return exe if os.access(exe, os.X_OK) else None
 
 
 def mount(addr: str, mountpoint: str, wait: float = 10.0) -> str:
@@ -43,15 +48,20 @@ def mount(addr: str, mountpoint: str, wait: float = 10.0) -> str:
     os.makedirs(mountpoint, exist_ok=True)
     if os.path.ismount(mountpoint):
         raise RuntimeError(f"toolsrv: {mountpoint} is already a mount point")
-    proc = subprocess.Popen([exe, addr, mountpoint], start_new_session=True,
-                            stdin=subprocess.DEVNULL)
-    end = time.monotonic() + wait
-    while time.monotonic() < end:
-        if os.path.ismount(mountpoint):
-            return mountpoint
-        if proc.poll() not in (None, 0):
-            raise RuntimeError(f"toolsrv: 9pfuse exited with status {proc.returncode}")
-        time.sleep(0.05)
+    with tempfile.TemporaryFile() as errs:
+        proc = subprocess.Popen([exe, addr, mountpoint], start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=errs)
+        end = time.monotonic() + wait
+        while time.monotonic() < end:
+            if os.path.ismount(mountpoint):
+                return mountpoint
+            if proc.poll() not in (None, 0):
+                errs.seek(0)
+                why = " ".join(errs.read(2000).decode(errors="replace").split())
+                raise RuntimeError(f"toolsrv: 9pfuse exited with status {proc.returncode}"
+                                   + (f": {why}" if why else ""))
+            time.sleep(0.05)
     raise RuntimeError(f"toolsrv: {mountpoint} did not appear as a mount within {wait:g}s")
 
 

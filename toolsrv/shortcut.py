@@ -1,8 +1,14 @@
-"""`toolsrv call SESSION AGENT TOOL JSON`: the one-line way to call a tool.
+"""`toolsrv call [--cwd DIR] SESSION AGENT TOOL JSON`: the one-line way to call a tool.
 
 Creates the session and the agent when they are missing, loads the tool
 (loading is idempotent), writes the JSON to the tool's call file and reads
 the result back on the same fid, exactly as an agent's `rdwr` does.
+
+A session it creates works where the caller stands: its `cwd` is the caller's
+current directory, or `--cwd DIR`.  An existing session keeps its cwd unless
+`--cwd` is given.  When the cwd of a session just created cannot be set (the
+directory does not exist on the server's host), the session is removed again
+and the error is the cwd's.
 """
 from __future__ import annotations
 
@@ -11,17 +17,34 @@ from typing import Any
 from .client import ClientError
 
 
-def ensure_dir(c: Any, path: str) -> None:
+def ensure_dir(c: Any, path: str) -> bool:
+    """Make path (a session or agent); True when this call made it."""
     try:
         c.mkdir(path)
     except ClientError as e:
         if "exists" not in str(e):
             raise
+        return False
+    return True
 
 
-def call(c: Any, session: str, agent: str, tool: str, args: str) -> bytes:
-    """Call `tool` with `args` (JSON text) and return its output."""
-    ensure_dir(c, f"session/{session}")
+def call(c: Any, session: str, agent: str, tool: str, args: str,
+         cwd: str | None = None, here: str | None = None) -> bytes:
+    """Call `tool` with `args` (JSON text) and return its output.  A session made here
+    gets `cwd`, else `here` (the caller's directory), as its cwd; an existing one gets
+    `cwd` when it is given."""
+    made = ensure_dir(c, f"session/{session}")
+    where = cwd if cwd is not None else here if made else None
+    if where is not None:
+        try:
+            c.write(f"session/{session}/cwd", where.encode())
+        except ClientError:
+            if made:
+                try:
+                    c.rm(f"session/{session}")
+                except ClientError:
+                    pass
+            raise
     base = f"session/{session}/agent/{agent}"
     ensure_dir(c, base)
     c.rdwr(f"{base}/ctl", f"tool_load {tool}".encode())
