@@ -8,9 +8,11 @@ type.  A handler returns the reply, or a `Later(awaitable, post)` when the
 node may block (a call's result, revwait); the awaitable runs as a task keyed
 by its tag and `post` turns its value into the reply, so one blocking read
 never stalls the connection.  When the awaitable is a node's `Pending` (a
-call's result) no task is made: the reply is sent the moment it is given.  A connection may carry a guard (ServerConfig.
-guard) that scopes what it may walk to, write, create and remove: the
-connection a tool gets through the client9p profile is scoped to its agent.
+call's result) no task is made: the reply is sent the moment it is given.  A
+connection may carry a guard (ServerConfig.guard) that scopes what it may walk
+to, write, create and remove; its directory reads list only what it may walk
+to.  The connection a tool gets through the client9p profile is scoped to its
+agent.
 
 Every request ends through `_respond`, which frees the tag, writes the reply
 and then any Rflush waiting on it.  Tflush cancels the flushed task; the
@@ -61,6 +63,14 @@ def _valid_name(name: str) -> bool:
     return ok
 
 
+def _walkable(guard: Callable[[Node, str], None], node: Node) -> bool:
+    """Whether a scoped connection may walk to node (and so see it listed)."""
+    try:
+        guard(node, "walk")
+    except P9Error:
+        return False
+    return True
+
 
 def _text(m: Any) -> str:
     """A message's line in the -D trace."""
@@ -88,7 +98,8 @@ class ServerConfig(Record):
         self.trace = trace          # -D: one line per message
         self.auth = auth            # an auth.Authenticator: Tattach needs a proven afid
         self.guard = guard          # scopes a connection: raises P9Error
-                                    # for ("walk"|"write"|"create"|"remove")
+                                    # for ("walk"|"write"|"create"|"remove"); a directory
+                                    # read lists only what "walk" allows
 
 
 class Conn:
@@ -423,7 +434,11 @@ class Conn:
 
     def _dirread(self, fid: Fid, offset: int, count: int) -> bytes:
         if offset == 0:
-            fid.dir_entries = [encode_dir(c.stat()) for c in self._live(fid).children()]
+            children = self._live(fid).children()
+            guard = self.config.guard
+            if guard is not None:           # a scoped connection lists what it may walk to
+                children = [c for c in children if _walkable(guard, c)]
+            fid.dir_entries = [encode_dir(c.stat()) for c in children]
             fid.dir_index = 0
         elif fid.dir_entries is None or offset != fid.dir_offset:
             raise P9Error(E.EOFFSET)
