@@ -1,4 +1,6 @@
-"""Malformed frames sent raw over a real socket close only that connection."""
+"""Frames sent raw over a real socket: a broken framing closes only that connection; a
+sound frame with bad content (a name not UTF-8 or holding NUL, a wstat Dir whose size is
+wrong) is one failed request, answered with Rerror, and the connection serves on."""
 from __future__ import annotations
 
 import shutil
@@ -8,7 +10,10 @@ import struct
 import pytest
 from py9p import OREAD, Client
 
-from proto import Tversion, encode
+from proto import (
+    DMDIR, NOFID, Dir, Framer, Rattach, Rerror, Rwalk, Tattach, Tversion, Twalk, encode,
+    encode_dir,
+)
 from fakes import ThreadServer, make_fs, short_tmpdir
 
 
@@ -39,7 +44,6 @@ MALFORMED = {
     "string past the frame": frame(100, struct.pack("<I", 8192) + struct.pack("<H", 50) + b"9P"),
     "trailing bytes": frame(108, struct.pack("<H", 1) + b"junk"),
     "17 walk names": frame(110, struct.pack("<IIH", 0, 1, 17) + b"".join(s("a") for _ in range(17))),
-    "invalid utf-8 name": frame(110, struct.pack("<IIH", 0, 1, 1) + s(b"\xff\xfe")),
     "write count past the frame": frame(118, struct.pack("<IQI", 0, 0, 100) + b"abc"),
 }
 
@@ -68,6 +72,44 @@ def test_malformed_frame_closes_only_that_connection(server, name):
     good.open(1, OREAD)
     assert good.read(1) == b"0\n"
     good.close()
+
+
+ILLEGAL = {
+    "walk name e9 74 e9": (frame(110, struct.pack("<IIH", 0, 1, 1) + s(b"\xe9t\xe9")),
+                           "illegal file name"),
+    "NUL in a walk name": (frame(110, struct.pack("<IIH", 0, 1, 2) + s("tools") + s(b"in\0dex")),
+                           "illegal file name"),
+    "NUL in a create name": (frame(114, struct.pack("<I", 0) + s(b"x\0y")
+                                   + struct.pack("<IB", DMDIR | 0o755, 0)), "illegal file name"),
+    "wstat inner size wrong": (frame(126, struct.pack("<I", 0) + s(struct.pack("<H", 48)
+                                     + encode_dir(Dir.notouch())[2:])), "bad directory in wstat"),
+    "attach uname not UTF-8": (frame(104, struct.pack("<II", 5, NOFID) + s(b"\xff") + s("")),
+                               "illegal string: not UTF-8 or holds a NUL"),
+}
+
+
+def replies(sk: socket.socket, n: int) -> list:
+    fr, out = Framer(8192 + 24), []
+    while len(out) < n:
+        data = sk.recv(65536)
+        assert data, f"the server hung up after {out}"
+        out += fr.feed(data)
+    return out
+
+
+@pytest.mark.parametrize("name", list(ILLEGAL))
+def test_bad_content_is_an_rerror_and_the_connection_serves_on(server, name):
+    """9pfuse passes the kernel's raw name bytes to Twalk: a stat of such a path must not
+    drop every fid of everyone sharing the mount (lib9p answers Rerror too)."""
+    data, ename = ILLEGAL[name]
+    sk = negotiated_socket(server.addrs[0].path)
+    sk.sendall(encode(Tattach(7, 0, NOFID, "u", "")))
+    assert type(replies(sk, 1)[0]) is Rattach
+    sk.sendall(data + encode(Twalk(2, 0, 1, ("revision",))))     # the next request, pipelined
+    bad, walk = replies(sk, 2)
+    assert bad == Rerror(1, ename)
+    assert type(walk) is Rwalk and len(walk.wqid) == 1          # fid 0 survived
+    sk.close()
 
 
 def test_half_frame_then_hangup_leaves_server_serving(server):

@@ -3,8 +3,12 @@
 `Conn.receive(msg)` is the one entry point for a decoded T-message.  It runs
 every precondition check in one place (version negotiated, duplicate tag,
 unknown fid, fid in use, walk from an open fid, open mode against the file's
-permissions, directory-read offsets) and then a small handler per message
-type.  A handler returns the reply, or a `Later(awaitable, post)` when the
+permissions, directory-read offsets, write counts) and then a small handler per
+message type.  A frame the codec could read but whose content is illegal (a
+name not UTF-8 or holding NUL, a wstat's Dir that does not fill its stat[n])
+arrives as a proto.Malformed and is answered with Rerror like any failed
+request (`illegal file name`, `bad directory in wstat`); only a frame whose
+framing is broken closes the connection (transport.py).  A handler returns the reply, or a `Later(awaitable, post)` when the
 node may block (a call's result, revwait); the awaitable runs as a task keyed
 by its tag and `post` turns its value into the reply, so one blocking read
 never stalls the connection.  When the awaitable is a node's `Pending` (a
@@ -31,7 +35,7 @@ from typing import Any, Callable
 
 from proto import (
     IOHDRSZ, MAXWELEM, NOFID, NOTOUCH16, NOTOUCH32, NOTOUCH64, OCEXEC, OEXEC, ORCLOSE,
-    ORDWR, OREAD, OTRUNC, OWRITE, Qid, Rattach, Rauth, Rclunk, Rcreate, Rerror, Rflush, Ropen,
+    ORDWR, OREAD, OTRUNC, OWRITE, Malformed, Qid, Rattach, Rauth, Rclunk, Rcreate, Rerror, Rflush, Ropen,
     Rread, Rremove, Rstat, Rversion, Rwalk, Rwrite, Rwstat, Tattach, Tauth, Tclunk,
     Tcreate, Tflush, Topen, Tread, Tremove, Tstat, Tversion, Twalk, Twrite, Twstat,
     encode_dir,
@@ -76,6 +80,9 @@ def _text(m: Any) -> str:
     """A message's line in the -D trace."""
     from proto.fmt import format_msg    # here: only -D needs it, not start-up
     return format_msg(m, maxdata=64)
+
+_MALFORMED = {Twalk.TYPE: E.EBADNAME, Tcreate.TYPE: E.EBADNAME, Twstat.TYPE: E.EBADDIR}
+
 
 class Later:
     """A handler's answer that needs waiting: `post(await aw)` is the reply."""
@@ -125,6 +132,7 @@ class Conn:
             Twalk: self._walk, Topen: self._open, Tcreate: self._create,
             Tread: self._read, Twrite: self._write, Tclunk: self._clunk,
             Tremove: self._remove, Tstat: self._stat, Twstat: self._wstat,
+            Malformed: self._malformed,
         }
 
     # -- the one entry point --
@@ -136,13 +144,13 @@ class Conn:
         if type(m) is Tversion:
             return self._version(m)
         tag = m.tag
-        if not self.msize:
+        if not self.msize and not (type(m) is Malformed and m.type == Tversion.TYPE):
             return self.send_reply(Rerror(tag, E.ENOVERSION))
         if tag in self.inflight:
             return self.send_reply(Rerror(tag, E.EDUPTAG))
         handler = self._handlers.get(type(m))
         if handler is None:
-            return self.send_reply(Rerror(tag, "illegal message type (invalid argument)"))
+            return self.send_reply(Rerror(tag, E.EBADTYPE))
         if len(self.inflight) >= self.config.max_inflight and type(m) is not Tflush:
             return self.send_reply(Rerror(tag, "resource busy: too many requests in flight "
                                           f"(limit {self.config.max_inflight})"))
@@ -284,6 +292,13 @@ class Conn:
             return self.send_reply(Rversion(m.tag, msize, "9P2000"))
         self.msize = 0
         return self.send_reply(Rversion(m.tag, msize, "unknown"))
+
+    def _malformed(self, m: Malformed) -> Any:
+        """A sound frame with bad content (proto.Malformed): this request fails, the
+        connection goes on.  lib9p answers a bad wstat Dir "bad directory in wstat"."""
+        if m.type & 1:                      # an R-message: not a request
+            raise P9Error(E.EBADTYPE)
+        raise P9Error(_MALFORMED.get(m.type, E.EBADSTRING))
 
     def _auth(self, m: Tauth) -> Any:
         if self.config.auth is None:
