@@ -34,7 +34,7 @@ import logging
 from typing import Any, Callable
 
 from proto import (
-    IOHDRSZ, MAXWELEM, NOFID, NOTOUCH16, NOTOUCH32, NOTOUCH64, OCEXEC, OEXEC, ORCLOSE,
+    DMDIR, IOHDRSZ, MAXWELEM, NOFID, NOTOUCH16, NOTOUCH32, NOTOUCH64, OCEXEC, OEXEC, ORCLOSE,
     ORDWR, OREAD, OTRUNC, OWRITE, Malformed, Qid, Rattach, Rauth, Rclunk, Rcreate, Rerror, Rflush, Ropen,
     Rread, Rremove, Rstat, Rversion, Rwalk, Rwrite, Rwstat, Tattach, Tauth, Tclunk,
     Tcreate, Tflush, Topen, Tread, Tremove, Tstat, Tversion, Twalk, Twrite, Twstat,
@@ -367,16 +367,23 @@ class Conn:
             self.fids[m.newfid] = Fid(m.newfid, node, uname=fid.uname)
         return Rwalk(m.tag, tuple(qids))
 
-    def _check_open(self, node: Node, mode: int) -> None:
+    def _check_mode(self, is_dir: bool, mode: int) -> None:
+        """The modes a file of this kind opens in at all (Topen; Tcreate, before it makes
+        anything)."""
         if mode & ~(3 | OTRUNC | OCEXEC | ORCLOSE):
             raise P9Error(E.EBADMODE)
         acc = mode & 3
-        if node.is_dir:
+        if is_dir:
             if acc != OREAD or mode & (OTRUNC | ORCLOSE):
                 raise P9Error(E.EISDIR)
-            return
-        if acc == OEXEC or (mode & ORCLOSE):
+        elif acc == OEXEC or (mode & ORCLOSE):
             raise P9Error(E.EPERM)
+
+    def _check_open(self, node: Node, mode: int) -> None:
+        self._check_mode(node.is_dir, mode)
+        if node.is_dir:
+            return
+        acc = mode & 3
         if acc in (OWRITE, ORDWR) or mode & OTRUNC:
             if not node.writable():
                 raise P9Error(E.EPERM)
@@ -409,6 +416,7 @@ class Conn:
         node = self._live(fid)
         if not node.is_dir:
             raise P9Error(E.ENOTDIR)
+        self._check_mode(bool(m.perm & DMDIR), m.mode)   # a failed create makes nothing
         if not valid_name(m.name):
             raise P9Error(E.EBADNAME)
         if node.lookup(m.name) is not None:
@@ -421,7 +429,6 @@ class Conn:
         return self._created(m, fid, new)
 
     def _created(self, m: Tcreate, fid: Fid, new: Node) -> Rcreate:
-        self._check_open(new, m.mode)
         r = new.open(fid, m.mode)
         if inspect.isawaitable(r):
             r.close()  # created nodes open synchronously
