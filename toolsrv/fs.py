@@ -25,7 +25,7 @@ from proto import DMDIR
 from . import errors as E
 from .errors import P9Error
 from .sessions import Agent, Session, SessionStore
-from .tree import Dir_, FixedDir, Node, Qids, TextFile, snapshot_read
+from .tree import Committed, Dir_, FixedDir, Node, Qids, TextFile, snapshot_read
 
 log = logging.getLogger("toolsrv.fs")
 VALUE_MAX = 4096   # bytes of a cwd or sandbox value (PATH_MAX)
@@ -264,14 +264,15 @@ class AgentDir(FixedDir):
 
 
 def after_save(made: Any, fn: Callable[[Any], Any]) -> Any:
-    """fn(made), or, when the store's change is still being saved (an awaitable), an
-    awaitable of it: the reply waits for the state to be on disk (sessions.py)."""
+    """fn(made), or, when the store's change is made and still being saved (an
+    awaitable), a Committed of it: the reply waits for the state to be on disk
+    (sessions.py), and a flush does not cancel a change that took effect."""
     if not inspect.isawaitable(made):
         return fn(made)
 
     async def wait() -> Any:
         return fn(await made)
-    return wait()
+    return Committed(wait())
 
 
 class ValueFile(Node):

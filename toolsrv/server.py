@@ -20,11 +20,15 @@ agent.
 
 Every request ends through `_respond`, which frees the tag, writes the reply
 and then any Rflush waiting on it.  Tflush cancels the flushed task; the
-cancelled request answers `interrupted` and its Rflush follows.  A handler
+cancelled request answers `interrupted` and its Rflush follows.  A request
+whose change already took effect and only waits for its save (a tree
+`Committed`: Tcreate of a session or agent, the Twrite of ctl, cwd, sandbox)
+is not cancelled: its real reply goes out, then the Rflush (flush(5); lib9p
+does the same).  A handler
 that raises P9Error answers Rerror with that string; any other exception
 answers a short Rerror and is logged — the connection keeps serving.
 Tversion mid-connection and hang-up both abort every request (their replies
-are dropped) and clunk every fid.
+are dropped; a Committed's save still ends) and clunk every fid.
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ from .errors import P9Error
 from .fid import Fid
 from .names import valid_name
 from .record import Record
-from .tree import Node, Pending
+from .tree import Committed, Node, Pending
 
 log = logging.getLogger("toolsrv.server")
 
@@ -123,6 +127,7 @@ class Conn:
         self.fids: dict[int, Fid] = {}
         self.inflight: dict[int, Any] = {}
         self.flushes: dict[int, list[int]] = {}
+        self.saving: set[asyncio.Task] = set()   # tasks of Committed answers: never cancelled
         self.unames: set[str] = set()
         self.held = 0                 # sum of Fid.held: bytes fids keep in their aux
         self.closed = False
@@ -173,6 +178,8 @@ class Conn:
             task = asyncio.get_running_loop().create_task(self._finish(tag, r))
             task.add_done_callback(lambda t: self._cancelled_early(tag, t, r.aw))
             self.inflight[tag] = task
+            if type(r.aw) is Committed:
+                self.saving.add(task)
             return None
         self._respond(tag, r)
         return None
@@ -180,9 +187,15 @@ class Conn:
     async def _finish(self, tag: int, later: Later) -> None:
         me = asyncio.current_task()
         try:
-            r = later.post(await later.aw)
+            value = await later.aw
+            if self.inflight.get(tag) is not me:
+                return                    # aborted meanwhile (a Committed's save went on)
+            r = later.post(value)
         except (asyncio.CancelledError, Exception) as e:
             r = self._failed(tag, e)
+        finally:
+            if me is not None:
+                self.saving.discard(me)
         if self.inflight.get(tag) is me:
             self._respond(tag, r)
 
@@ -211,6 +224,8 @@ class Conn:
     def _cancelled_early(self, tag: int, task: asyncio.Task, aw: Any) -> None:
         """A task flushed before it ever ran still owes its reply."""
         if task.cancelled():
+            if type(aw) is Committed:
+                aw = aw.aw
             if inspect.iscoroutine(aw):
                 aw.close()
             if self.inflight.get(tag) is task:
@@ -238,7 +253,8 @@ class Conn:
         self.inflight.clear()
         self.flushes.clear()
         for t in tasks:
-            t.cancel()
+            if t not in self.saving:      # a change that took effect is saved all the same
+                t.cancel()
         fids, self.fids = self.fids, {}
         for fid in fids.values():
             self._clunk_node(fid)
@@ -332,8 +348,8 @@ class Conn:
         self.flushes.setdefault(root, []).append(m.tag)
         self.inflight[m.tag] = ("flush", root)
         target = self.inflight.get(root)
-        if isinstance(target, (asyncio.Task, Pending)):
-            target.cancel()
+        if isinstance(target, (asyncio.Task, Pending)) and target not in self.saving:
+            target.cancel()               # a Committed is answered for real, then Rflush
         return _PENDING
 
     def _walk(self, m: Twalk) -> Rwalk:

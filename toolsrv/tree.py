@@ -19,8 +19,10 @@ whether it is alive, so keeping it changes nothing a client can see.
 Handlers may return a value or an awaitable; the server awaits the latter in
 a task of its own, so a blocking read never stalls the connection.  A handler
 whose answer some other code will produce (a call's result) may return a
-`Pending` instead: no task, the answer goes out the moment it is given.  Errors
-are raised as P9Error with a string from errors.py.
+`Pending` instead: no task, the answer goes out the moment it is given.  A handler
+whose change is made and only waits to be saved (the state's group commit) returns a
+`Committed`: the server never cancels it, so a flush cannot turn a change that took
+effect into `interrupted`.  Errors are raised as P9Error with a string from errors.py.
 """
 from __future__ import annotations
 
@@ -71,6 +73,22 @@ class Pending:
         then, self._then, self.on_cancel = self._then, None, None   # no cycle outlives it
         if then is not None:
             then(value, exc)
+
+
+class Committed:
+    """An answer that waits only for a change already made to be saved (sessions.py's
+    group commit): its outcome is the real reply (the result, or the save's error, the
+    change then undone).  The server does not cancel it: a Tflush of its request waits
+    for that reply and follows it (flush(5) allows the reply before the Rflush; lib9p
+    sends it), and a hang-up drops the reply but lets the save end."""
+
+    __slots__ = ("aw",)
+
+    def __init__(self, aw: Awaitable[Any]) -> None:
+        self.aw = aw
+
+    def __await__(self) -> Any:
+        return self.aw.__await__()
 
 
 class Qids:
