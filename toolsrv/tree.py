@@ -279,21 +279,29 @@ class TextFile(Node):
             raise E.P9Error(E.EREMOVE)
 
 
-def stream_read(fid: Any, content: Callable[[], bytes], offset: int, count: int) -> bytes:
-    """Reads of a file that answers its own writes (ctl, call): offset 0 starts
-    at the beginning; any other offset continues where the fid's last read
-    ended.  9pfuse reads at the kernel's file offset, which a write on the same
-    descriptor has already moved past the bytes written."""
-    if offset == 0:
-        fid.aux["snapshot"] = content()
-        pos = 0
-    else:
-        if "snapshot" not in fid.aux:
-            fid.aux["snapshot"] = content()
-        pos = fid.aux.get("cursor", 0)
-    data = fid.aux["snapshot"][pos:pos + count]
-    fid.aux["cursor"] = pos + len(data)
-    return data
+def answer_read(fid: Any, content: Callable[[], bytes], offset: int, count: int) -> bytes:
+    """Reads of a file that answers its own writes (ctl, call): a per-fid snapshot of the
+    answer, sliced by offset like any other file's, whose first byte is at the origin.
+
+    The snapshot is taken by the first read after a write (`answered`) and by a read at
+    offset 0.  Its origin is 0, or the offset where the fid's writes ended when that first
+    read comes exactly there: a descriptor's read after its write comes at the kernel's
+    file offset, past the bytes written (9pfuse, which uses direct I/O, plan9port's
+    `9p rdwr`, v9fs), while toolsrv's own client reads at 0.  A read below the origin
+    finds nothing (the bytes written are not served back)."""
+    aux = fid.aux
+    snap = aux.get("answer")
+    if snap is None or offset == 0:
+        snap = aux["answer"] = content()
+        aux["origin"] = offset if offset and offset == aux.get("wrote") else 0
+    pos = offset - aux["origin"]
+    return snap[pos:pos + count] if pos >= 0 else b""
+
+
+def answered(fid: Any, end: int) -> None:
+    """A Twrite ending at offset `end` was taken: the next read takes a new answer."""
+    fid.aux["wrote"] = end
+    fid.aux.pop("answer", None)
 
 
 def snapshot_read(fid: Any, content: Callable[[], bytes], offset: int, count: int) -> bytes:
