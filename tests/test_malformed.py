@@ -1,6 +1,7 @@
 """Frames sent raw over a real socket: a broken framing closes only that connection; a
 sound frame with bad content (a name not UTF-8 or holding NUL, a wstat Dir whose size is
-wrong) is one failed request, answered with Rerror, and the connection serves on."""
+wrong), or a Twrite whose data does not fit the iounit, is one failed request, answered
+with Rerror, and the connection serves on."""
 from __future__ import annotations
 
 import shutil
@@ -11,7 +12,8 @@ import pytest
 from py9p import OREAD, Client
 
 from proto import (
-    DMDIR, NOFID, Dir, Framer, Rattach, Rerror, Rwalk, Tattach, Tversion, Twalk, encode,
+    DMDIR, IOHDRSZ, NOFID, OREAD, OWRITE, Dir, Framer, Rattach, Rcreate, Rerror, Ropen,
+    Rversion, Rwalk, Rwrite, Tattach, Tcreate, Topen, Tversion, Twalk, Twrite, encode,
     encode_dir,
 )
 from fakes import ThreadServer, make_fs, short_tmpdir
@@ -109,6 +111,30 @@ def test_bad_content_is_an_rerror_and_the_connection_serves_on(server, name):
     bad, walk = replies(sk, 2)
     assert bad == Rerror(1, ename)
     assert type(walk) is Rwalk and len(walk.wqid) == 1          # fid 0 survived
+    sk.close()
+
+
+def test_a_write_longer_than_the_iounit_is_refused_and_the_connection_serves_on(server):
+    """At msize 1024 the iounit is 1000: a Twrite of 1,001 bytes fits the frame (1,024
+    bytes) but not the iounit, and lib9p's srv.c caps count at msize - IOHDRSZ too."""
+    sk = socket.socket(socket.AF_UNIX)
+    sk.settimeout(10)
+    sk.connect(server.addrs[0].path)
+    sk.sendall(encode(Tversion(0xFFFF, 1024, "9P2000")))
+    assert replies(sk, 1) == [Rversion(0xFFFF, 1024, "9P2000")]
+    sk.sendall(encode(Tattach(1, 0, NOFID, "u", "")) +
+               encode(Twalk(2, 0, 1, ("session",))) +
+               encode(Tcreate(3, 1, "w", DMDIR | 0o755, OREAD)) +
+               encode(Twalk(4, 0, 2, ("session", "w", "sandbox"))) + encode(Topen(5, 2, OWRITE)))
+    got = replies(sk, 5)
+    assert [type(m) for m in got] == [Rattach, Rwalk, Rcreate, Rwalk, Ropen]
+    assert got[-1].iounit == 1024 - IOHDRSZ
+    too_long = encode(Twrite(6, 2, 0, b"x" * 1001))
+    assert len(too_long) == 1024
+    full = encode(Twrite(7, 2, 0, b"default".ljust(1000)))      # the iounit exactly
+    sk.sendall(too_long + full)
+    assert replies(sk, 2) == [Rerror(6, "write count above the iounit (invalid argument)"),
+                              Rwrite(7, 1000)]
     sk.close()
 
 

@@ -494,6 +494,8 @@ class Conn:
         fid = self._fid(m.fid)
         if not fid.can_write():
             raise P9Error(E.ENOTOPEN)
+        if len(m.data) > self.iounit():     # the frame fits msize, the data must fit iounit
+            raise P9Error(E.EWCOUNT)
         node = self._live(fid)
         try:
             r = node.write(fid, m.offset, m.data)
