@@ -485,7 +485,7 @@ class Conn:
             out.append(entries[i])
             n += len(entries[i])
             i += 1
-        if not out and i < len(entries):
+        if not out and i < len(entries) and count:   # count 0: an empty Rread, as lib9p
             raise P9Error(E.EDIRCOUNT)
         fid.dir_index, fid.dir_offset = i, offset + n
         return b"".join(out)
