@@ -563,8 +563,8 @@ class Conn:
                  and d.muid in ("", cur.muid))
         if not fixed or d.length not in (NOTOUCH64, 0, cur.length):
             raise P9Error(E.EWSTAT)
-        if d.length == 0 and not node.is_dir:
-            if self.config.guard is not None:
+        if d.length == 0 and not node.is_dir and (cur.length or node.writable()):
+            if self.config.guard is not None:   # (an empty read-only file: nothing changes)
                 self.config.guard(node, "write")
             node.truncate(fid)
         return Rwstat(m.tag)
