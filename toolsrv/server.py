@@ -27,7 +27,7 @@ is not cancelled: its real reply goes out, then the Rflush (flush(5); lib9p
 does the same).  A handler
 that raises P9Error answers Rerror with that string; any other exception
 answers a short Rerror and is logged — the connection keeps serving.
-Tversion mid-connection and hang-up both abort every request (their replies
+A successful Tversion mid-connection and hang-up both abort every request (their replies
 are dropped; a Committed's save still ends) and clunk every fid.
 """
 from __future__ import annotations
@@ -296,18 +296,19 @@ class Conn:
 
     # -- handlers, one per message type --
     def _version(self, m: Tversion) -> None:
-        self._abort_all()
+        """A successful Tversion starts a new session: every request aborted, every fid
+        clunked (version(5)).  One that fails (msize too small; a version we do not speak,
+        answered "unknown") leaves the connection as it was."""
         if m.msize < 256:
-            self.msize = 0
-            return self.send_reply(Rerror(m.tag, "msize too small (invalid argument)"))
+            return self.send_reply(Rerror(m.tag, E.EMSIZE))
         msize = min(m.msize, self.config.msize)
-        if m.version.startswith("9P2000"):
-            self.msize = msize
-            if self.on_msize:
-                self.on_msize(msize)
-            return self.send_reply(Rversion(m.tag, msize, "9P2000"))
-        self.msize = 0
-        return self.send_reply(Rversion(m.tag, msize, "unknown"))
+        if not m.version.startswith("9P2000"):
+            return self.send_reply(Rversion(m.tag, msize, "unknown"))
+        self._abort_all()
+        self.msize = msize
+        if self.on_msize:
+            self.on_msize(msize)
+        return self.send_reply(Rversion(m.tag, msize, "9P2000"))
 
     def _malformed(self, m: Malformed) -> Any:
         """A sound frame with bad content (proto.Malformed): this request fails, the
