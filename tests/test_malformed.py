@@ -12,7 +12,7 @@ import pytest
 from py9p import OREAD, Client
 
 from proto import (
-    DMDIR, IOHDRSZ, NOFID, OREAD, OWRITE, Dir, Framer, Rattach, Rcreate, Rerror, Ropen,
+    DMDIR, IOHDRSZ, NOFID, OWRITE, Dir, Framer, Rattach, Rcreate, Rerror, Ropen,
     Rversion, Rwalk, Rwrite, Tattach, Tcreate, Topen, Tversion, Twalk, Twrite, encode,
     encode_dir,
 )

@@ -8,15 +8,16 @@ message type.  A frame the codec could read but whose content is illegal (a
 name not UTF-8 or holding NUL, a wstat's Dir that does not fill its stat[n])
 arrives as a proto.Malformed and is answered with Rerror like any failed
 request (`illegal file name`, `bad directory in wstat`); only a frame whose
-framing is broken closes the connection (transport.py).  A handler returns the reply, or a `Later(awaitable, post)` when the
-node may block (a call's result, revwait); the awaitable runs as a task keyed
-by its tag and `post` turns its value into the reply, so one blocking read
-never stalls the connection.  When the awaitable is a node's `Pending` (a
-call's result) no task is made: the reply is sent the moment it is given.  A
-connection may carry a guard (ServerConfig.guard) that scopes what it may walk
-to, write, create and remove; its directory reads list only what it may walk
-to.  The connection a tool gets through the client9p profile is scoped to its
-agent.
+framing is broken closes the connection (transport.py).
+
+A handler returns the reply, or a `Later(awaitable, post)` when the node may
+block (a call's result, revwait); the awaitable runs as a task keyed by its tag
+and `post` turns its value into the reply, so one blocking read never stalls
+the connection.  When the awaitable is a node's `Pending` (a call's result) no
+task is made: the reply is sent the moment it is given.  A connection may carry
+a guard (ServerConfig.guard) that scopes what it may walk to, write, create and
+remove; its directory reads list only what it may walk to.  The connection a
+tool gets through the client9p profile is scoped to its agent.
 
 Every request ends through `_respond`, which frees the tag, writes the reply
 and then any Rflush waiting on it.  Tflush cancels the flushed task; the
@@ -24,11 +25,11 @@ cancelled request answers `interrupted` and its Rflush follows.  A request
 whose change already took effect and only waits for its save (a tree
 `Committed`: Tcreate of a session or agent, the Twrite of ctl, cwd, sandbox)
 is not cancelled: its real reply goes out, then the Rflush (flush(5); lib9p
-does the same).  A handler
-that raises P9Error answers Rerror with that string; any other exception
-answers a short Rerror and is logged — the connection keeps serving.
-A successful Tversion mid-connection and hang-up both abort every request (their replies
-are dropped; a Committed's save still ends) and clunk every fid.
+does the same).  A handler that raises P9Error answers Rerror with that
+string; any other exception answers a short Rerror and is logged — the
+connection keeps serving.  A successful Tversion mid-connection and hang-up
+both abort every request (their replies are dropped; a Committed's save still
+ends) and clunk every fid; a failed Tversion changes nothing.
 """
 from __future__ import annotations
 
@@ -39,9 +40,9 @@ from typing import Any, Callable
 
 from proto import (
     DMDIR, IOHDRSZ, MAXWELEM, NOFID, NOTOUCH16, NOTOUCH32, NOTOUCH64, OCEXEC, OEXEC, ORCLOSE,
-    ORDWR, OREAD, OTRUNC, OWRITE, Malformed, Qid, Rattach, Rauth, Rclunk, Rcreate, Rerror, Rflush, Ropen,
-    Rread, Rremove, Rstat, Rversion, Rwalk, Rwrite, Rwstat, Tattach, Tauth, Tclunk,
-    Tcreate, Tflush, Topen, Tread, Tremove, Tstat, Tversion, Twalk, Twrite, Twstat,
+    ORDWR, OREAD, OTRUNC, OWRITE, Malformed, Qid, Rattach, Rauth, Rclunk, Rcreate, Rerror,
+    Rflush, Ropen, Rread, Rremove, Rstat, Rversion, Rwalk, Rwrite, Rwstat, Tattach, Tauth,
+    Tclunk, Tcreate, Tflush, Topen, Tread, Tremove, Tstat, Tversion, Twalk, Twrite, Twstat,
     encode_dir,
 )
 
@@ -85,6 +86,8 @@ def _text(m: Any) -> str:
     from proto.fmt import format_msg    # here: only -D needs it, not start-up
     return format_msg(m, maxdata=64)
 
+
+# The Rerror of a Malformed request, by its type (any other string: EBADSTRING).
 _MALFORMED = {Twalk.TYPE: E.EBADNAME, Tcreate.TYPE: E.EBADNAME, Twstat.TYPE: E.EBADDIR}
 
 
