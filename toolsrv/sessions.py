@@ -19,8 +19,8 @@ loop (start_writer, _Writer): a change waits for the next write, which takes
 every change made while the one before it was under way (a group commit), and
 the reply to the client that made it comes after that write (a flush does not
 cancel that wait: server.py).  What a change does once saved (set_cwd removing
-the private directory it replaced) hangs on the write, not on that reply.  Without a
-writer (tests, tools) each change is written at once.  A creation or setting
+the private directory it replaced) hangs on the write, not on that reply.
+Without a writer (tests, tools) each change is written at once.  A creation or setting
 that cannot be saved (disk full) is undone and fails with the reason, so what
 a client was told exists is what a restart will restore (other clients may
 see it while its write is under way).  A removal that cannot be saved still
