@@ -10,12 +10,26 @@ against `end` (never against len(buf), which may hold the next frame) and must
 finish exactly at `end`.  Fixed-layout messages share one struct-driven encoder
 and decoder; the rest (strings, walks, data, stat) are written out by hand.
 
+Two kinds of bad input.  What breaks the framing (a size, a type, a count or
+a string length that does not fit the frame, bytes left over) raises
+ProtocolError: the stream can no longer be trusted.  What breaks only the
+content of a frame that is otherwise sound (a string that is not UTF-8 or
+holds NUL, a stat[n] that is not one whole Dir) decodes to `Malformed(tag,
+type, why)`: one bad request, which the server answers with Rerror.  This is
+lib9p's split: convM2S checks lengths only, and srv.c answers the rest.  A
+content error is found by the strict decoders, which then run again with
+`lenient` set (strings and the Dir not read) to tell the two kinds apart; the
+common path pays nothing for it.
+
 Invariants
 - decode never raises anything but ProtocolError, and never reads past the
   frame's declared size.  It returns None only while the frame is incomplete.
-- Strings are valid UTF-8 without NUL (intro(5): NUL is illegal in 9P text).
+- A message's strings are valid UTF-8 without NUL (intro(5): NUL is illegal in
+  9P text); a frame whose strings are not decodes to Malformed.
 - stat[n] in Rstat/Twstat is n[2] followed by one Dir that carries its own
-  size[2] (plan9port convS2M/convD2M); n must equal that Dir's length + 2.
+  size[2] (plan9port convS2M/convD2M); n must equal that Dir's length + 2.  An n
+  that does not end the frame is a framing error; a Dir that does not fill its
+  n bytes exactly is a content error (Malformed).
 - encode raises ValueError (TypeError for a non-message) for values that do
   not fit their fields; it never produces a frame decode would reject.
 """
@@ -28,7 +42,7 @@ from typing import Callable, Union
 from . import const as C
 from .errors import ProtocolError
 from .messages import (
-    MESSAGES, Dir, Message, Qid, Rattach, Rauth, Rclunk, Rcreate, Rerror, Rflush,
+    MESSAGES, Dir, Malformed, Message, Qid, Rattach, Rauth, Rclunk, Rcreate, Rerror, Rflush,
     Ropen, Rread, Rremove, Rstat, Rversion, Rwalk, Rwrite, Rwstat, Tattach, Tauth,
     Tclunk, Tcreate, Tflush, Topen, Tread, Tremove, Tstat, Tversion, Twalk, Twrite,
     Twstat,
@@ -177,8 +191,13 @@ def _bad(what: str) -> ProtocolError:
     return ProtocolError(what)
 
 
-def _gstr(buf: Buffer, p: int, end: int) -> tuple[str, int]:
-    """The string at buf[p:], checked to lie within the frame; (text, next p)."""
+class _Illegal(ProtocolError):
+    """The content of a soundly framed message breaks intro(5) (see Malformed)."""
+
+
+def _gstr(buf: Buffer, p: int, end: int, lenient: bool = False) -> tuple[str, int]:
+    """The string at buf[p:], checked to lie within the frame; (text, next p).
+    Lenient: only its length is checked (the text is "")."""
     if p + 2 > end:
         raise _bad("string count past end of message")
     q = p + 2 + (buf[p] | buf[p + 1] << 8)
@@ -187,9 +206,11 @@ def _gstr(buf: Buffer, p: int, end: int) -> tuple[str, int]:
     try:
         s = str(buf[p + 2:q], "utf-8")
     except UnicodeDecodeError:
-        raise _bad("invalid UTF-8 in string") from None
-    if "\0" in s:
-        raise _bad("NUL in string")
+        if lenient:
+            return "", q
+        raise _Illegal("invalid UTF-8 in string") from None
+    if "\0" in s and not lenient:
+        raise _Illegal("NUL in string")
     return s, q
 
 
@@ -213,13 +234,22 @@ def _gdir(buf: Buffer, p: int, end: int) -> Dir:
     return Dir(typ, dev, Qid(qt, qv, qp), mode, atime, mtime, length, name, uid, gid, muid)
 
 
-def _d_stat(buf: Buffer, p: int, end: int) -> Dir:
+_DIR0 = Dir()     # what a lenient decoder puts where a stat was
+
+
+def _d_stat(buf: Buffer, p: int, end: int, lenient: bool = False) -> Dir:
+    """stat[n]: n must end the message (framing); the Dir must fill it (content)."""
     if p + 2 > end:
         raise _bad("stat count past end of message")
     n = buf[p] | buf[p + 1] << 8
     if p + 2 + n != end:
         raise _bad(f"stat[{n}] does not end the message")
-    return _gdir(buf, p + 2, end)
+    if lenient:
+        return _DIR0
+    try:
+        return _gdir(buf, p + 2, end)
+    except ProtocolError as e:
+        raise _Illegal(f"bad directory entry: {e}") from None
 
 
 def _d_strings(cls: type, fmt: str, nstr: int) -> Callable:
@@ -227,20 +257,20 @@ def _d_strings(cls: type, fmt: str, nstr: int) -> Callable:
     st = struct.Struct("<" + fmt)
     n, name = st.size, cls.__name__
 
-    def dec(buf: Buffer, p: int, end: int, tag: int) -> Message:
+    def dec(buf: Buffer, p: int, end: int, tag: int, lenient: bool = False) -> Message:
         if p + n > end:
             raise _bad(f"{name}: short message")
         vals: list = [*st.unpack_from(buf, p)]
         p += n
         for _ in range(nstr):
-            text, p = _gstr(buf, p, end)
+            text, p = _gstr(buf, p, end, lenient)
             vals.append(text)
         _done(p, end, name)
         return cls(tag, *vals)
     return dec
 
 
-def _d_twalk(buf: Buffer, p: int, end: int, tag: int) -> Twalk:
+def _d_twalk(buf: Buffer, p: int, end: int, tag: int, lenient: bool = False) -> Twalk:
     if p + 10 > end:
         raise _bad("Twalk: short message")
     fid, newfid, n = _TWALK.unpack_from(buf, p)
@@ -249,7 +279,7 @@ def _d_twalk(buf: Buffer, p: int, end: int, tag: int) -> Twalk:
     p += 10
     names = []
     for _ in range(n):
-        s, p = _gstr(buf, p, end)
+        s, p = _gstr(buf, p, end, lenient)
         names.append(s)
     _done(p, end, "Twalk")
     return Twalk(tag, fid, newfid, tuple(names))
@@ -266,11 +296,11 @@ def _d_rwalk(buf: Buffer, p: int, end: int, tag: int) -> Rwalk:
     return Rwalk(tag, tuple([Qid(*t) for t in _QID.iter_unpack(buf[p + 2:end])]))
 
 
-def _d_tcreate(buf: Buffer, p: int, end: int, tag: int) -> Tcreate:
+def _d_tcreate(buf: Buffer, p: int, end: int, tag: int, lenient: bool = False) -> Tcreate:
     if p + 4 > end:
         raise _bad("Tcreate: short message")
     fid = _U32.unpack_from(buf, p)[0]
-    name, p = _gstr(buf, p + 4, end)
+    name, p = _gstr(buf, p + 4, end, lenient)
     if p + 5 != end:
         raise _bad("Tcreate: perm and mode do not end the message")
     perm, mode = struct.unpack_from("<IB", buf, p)
@@ -323,14 +353,14 @@ def _fixed_decoder(cls: type, fmt: str, *names: str) -> Callable:
     return dec
 
 
-def _d_rstat(buf: Buffer, p: int, end: int, tag: int) -> Rstat:
-    return Rstat(tag, _d_stat(buf, p, end))
+def _d_rstat(buf: Buffer, p: int, end: int, tag: int, lenient: bool = False) -> Rstat:
+    return Rstat(tag, _d_stat(buf, p, end, lenient))
 
 
-def _d_twstat(buf: Buffer, p: int, end: int, tag: int) -> Twstat:
+def _d_twstat(buf: Buffer, p: int, end: int, tag: int, lenient: bool = False) -> Twstat:
     if p + 4 > end:
         raise _bad("Twstat: short message")
-    return Twstat(tag, _U32.unpack_from(buf, p)[0], _d_stat(buf, p + 4, end))
+    return Twstat(tag, _U32.unpack_from(buf, p)[0], _d_stat(buf, p + 4, end, lenient))
 
 
 _DECODERS: dict[int, Callable] = {
@@ -359,26 +389,35 @@ def frame_size(buf: Buffer, pos: int = 0, msize: int | None = None) -> int | Non
     return size
 
 
-def decode_frame(buf: Buffer, pos: int, size: int) -> Message:
-    """Decode the complete frame buf[pos:pos+size] (size already checked >= 7)."""
+def decode_frame(buf: Buffer, pos: int, size: int) -> Message | Malformed:
+    """Decode the complete frame buf[pos:pos+size] (size already checked >= 7): its
+    message, or Malformed when only its content is bad."""
     t = buf[pos + 4]
     dec = _DECODERS.get(t)
     if dec is None:
         raise _bad(f"unknown message type {t}")
+    tag = buf[pos + 5] | buf[pos + 6] << 8
     try:
-        return dec(buf, pos + 7, pos + size, buf[pos + 5] | buf[pos + 6] << 8)
+        try:
+            return dec(buf, pos + 7, pos + size, tag)
+        except _Illegal as e:     # only decoders that read strings raise it
+            dec(buf, pos + 7, pos + size, tag, True)      # framing errors still win
+            return Malformed(tag, t, str(e))
     except ProtocolError:
         raise
     except (struct.error, IndexError, ValueError, TypeError) as e:  # safety net
         raise _bad(f"malformed {MESSAGES[t].__name__}: {e}") from None
 
 
-def decode(buf: Buffer, msize: int | None = None) -> tuple[Message, int] | None:
+def decode(buf: Buffer, msize: int | None = None
+           ) -> tuple[Message | Malformed, int] | None:
     """Decode the first frame of `buf`: (message, bytes consumed), or None.
 
     None means the frame is not complete yet.  A size below 7 or above
     `msize` raises ProtocolError as soon as the four size bytes are present;
-    so does any malformed frame.  Nothing but ProtocolError is raised.
+    so does any frame whose framing is broken.  A sound frame whose content is
+    not (see Malformed) gives (Malformed, bytes consumed).  Nothing but
+    ProtocolError is raised.
     """
     size = frame_size(buf, 0, msize)
     if size is None or len(buf) < size:

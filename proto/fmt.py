@@ -1,7 +1,10 @@
 r"""The one-line text form of 9P messages: the -D trace and the test transcripts.
 
 Shaped after plan9port's fcallfmt (lib9/fcallfmt.c), and made exactly
-invertible: parse_msg(format_msg(m)) == m for every message.
+invertible: parse_msg(format_msg(m)) == m for every message, and for the
+codec's Malformed (a sound frame with bad content, shown in the -D trace):
+
+    Malformed tag 1 type Twalk why invalid UTF-8 in string
 
     Tversion tag 65535 msize 8192 version 9P2000
     Tattach tag 0 fid 0 afid -1 uname glenda aname ''
@@ -35,6 +38,7 @@ Grammar
               number when the mode string cannot say it exactly.
     wname   = nwname N then N items i:string;  wqid = nwqid N then N items i:qid.
     ename   = the rest of the line, or one quoted string when the text needs quoting.
+    type    = a message name (Twalk), or the number of a type that has none.
     stat    = string string string string q qid m MODE at N mt N l N t N d N
               (name uid gid muid, always quoted when printed; MODE octal or a mode
               string; in a stat every all-ones number prints as -1).
@@ -46,7 +50,7 @@ import re
 from typing import Callable
 
 from . import const as C
-from .messages import MESSAGES, Dir, Message, Qid
+from .messages import MESSAGES, Dir, Malformed, Message, Qid
 
 __all__ = ["format_msg", "parse_msg", "format_dir"]
 
@@ -90,8 +94,9 @@ _FIELDS = {                      # message -> its (key, attribute, kind)s after 
     "Tclunk": (_FID,), "Rclunk": (), "Tremove": (_FID,), "Rremove": (),
     "Tstat": (_FID,), "Rstat": (("stat", "stat", "stat"),),
     "Twstat": (_FID, ("stat", "stat", "stat")), "Rwstat": (),
+    "Malformed": (("type", "type", "type"), ("why", "why", "ename")),
 }
-_BY_NAME: dict[str, type] = {cls.__name__: cls for cls in MESSAGES.values()}
+_BY_NAME: dict[str, type] = {cls.__name__: cls for cls in [*MESSAGES.values(), Malformed]}
 _SPEC = {_BY_NAME[name]: (("tag", "tag", "u16"),) + rest for name, rest in _FIELDS.items()}
 
 
@@ -170,10 +175,11 @@ _FORMAT: dict[str, Callable] = {
     "wname": lambda ws: " ".join([str(len(ws))] + [f"{i}:{_string(w)}" for i, w in enumerate(ws)]),
     "wqid": lambda qs: " ".join([str(len(qs))] + [f"{i}:{_qid(q)}" for i, q in enumerate(qs)]),
     "data": _data, "stat": format_dir,
+    "type": lambda t: MESSAGES[t].__name__ if t in MESSAGES else str(t),
 }
 
 
-def format_msg(msg: Message, maxdata: int | None = None) -> str:
+def format_msg(msg: Message | Malformed, maxdata: int | None = None) -> str:
     """One line describing `msg`; parse_msg inverts it exactly.
 
     With `maxdata`, data longer than that shows only its first `maxdata`
@@ -354,11 +360,18 @@ _PARSE: dict[str, Callable[[_Scanner], object]] = {
     "fid": lambda sc: _number(sc.word(), 32), "str": _Scanner.string,
     "ename": _Scanner.rest, "qid": _Scanner.qid, "perm": lambda sc: _perm_value(sc.word()),
     "wname": lambda sc: sc.items(sc.string), "wqid": lambda sc: sc.items(sc.qid),
-    "data": _Scanner.data, "stat": _Scanner.dir,
+    "data": _Scanner.data, "stat": _Scanner.dir, "type": lambda sc: _type_value(sc.word()),
 }
 
 
-def parse_msg(line: str) -> Message:
+def _type_value(tok: str) -> int:
+    cls = _BY_NAME.get(tok)
+    if cls is not None and cls is not Malformed:
+        return cls.TYPE
+    return _number(tok, 8)
+
+
+def parse_msg(line: str) -> Message | Malformed:
     """The message a format_msg line describes; ValueError if it is malformed."""
     sc = _Scanner(line)
     try:

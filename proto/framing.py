@@ -12,16 +12,18 @@ Invariants
 - A frame's size[4] is checked against `msize` the moment its four bytes are
   present, so a hostile peer cannot make the framer buffer more than msize
   bytes (plus whatever arrived in the same feed after a bad header).
-- Malformed input raises ProtocolError; the framer then stays broken (every
-  later feed raises the same error) and drops what it held, including
-  messages decoded earlier in the failing feed: the connection is done.
+- Input whose framing is broken raises ProtocolError; the framer then stays
+  broken (every later feed raises the same error) and drops what it held,
+  including messages decoded earlier in the failing feed: the connection is
+  done.  A sound frame with bad content comes out as a `Malformed`, in its
+  place among the messages, and the stream goes on.
 """
 from __future__ import annotations
 
 from .codec import Buffer, decode_frame, frame_size
 from .const import IOHDRSZ
 from .errors import ProtocolError
-from .messages import Message
+from .messages import Malformed, Message
 
 __all__ = ["Framer"]
 
@@ -42,7 +44,7 @@ class Framer:
         """Bytes held of frames not yet complete."""
         return len(self._buf)
 
-    def feed(self, data: Buffer) -> list[Message]:
+    def feed(self, data: Buffer) -> list[Message | Malformed]:
         """Take `data`; return the messages it completes, in order."""
         if self._error is not None:
             raise self._error
@@ -52,7 +54,7 @@ class Framer:
             buf: Buffer = held
         else:
             buf = data
-        out: list[Message] = []
+        out: list[Message | Malformed] = []
         pos, n, msize = 0, len(buf), self.msize
         try:
             while True:

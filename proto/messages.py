@@ -430,5 +430,23 @@ class Rwstat(Message):
         self._SET[0](self, tag)
 
 
-__all__ = (["Qid", "Dir", "Message", "MESSAGES", "replace"]
+@_record
+class Malformed(_Record):
+    """What the codec yields for a frame whose framing is sound (size, type and tag read,
+    every count and string length inside the frame, the fields filling it exactly) but
+    whose content breaks intro(5): a string that is not UTF-8 or holds a NUL, or a stat[n]
+    that is not one whole Dir.  It stands where that message would: one bad request, not a
+    broken stream, so the server answers its tag with Rerror and goes on (lib9p's convM2S
+    too checks only the framing; srv.c answers "bad directory in wstat").  `type` is the
+    frame's wire type number and `why` the codec's reason.  Not a message: never encoded."""
+    __slots__ = ("tag", "type", "why")
+
+    def __init__(self, tag: int, type: int, why: str) -> None:
+        a, b, c = self._SET
+        a(self, tag)
+        b(self, type)
+        c(self, why)
+
+
+__all__ = (["Qid", "Dir", "Message", "MESSAGES", "Malformed", "replace"]
            + [c.__name__ for c in MESSAGES.values()])

@@ -17,8 +17,8 @@ from proto import (
     DMDIR, MAXWELEM, MESSAGES, NOFID, NOTAG, QTDIR, Dir, Message, ProtocolError, Qid, Rattach,
     Rauth, Rclunk, Rcreate, Rerror, Rflush, Ropen, Rread, Rremove, Rstat, Rversion,
     Rwalk, Rwrite, Rwstat, Tattach, Tauth, Tclunk, Tcreate, Tflush, Topen, Tread,
-    Tremove, Tstat, Tversion, Twalk, Twrite, Twstat, decode, decode_dir, decode_dirs,
-    encode, encode_dir, replace,
+    Tremove, Tstat, Tversion, Twalk, Twrite, Twstat, Framer, Malformed, decode, decode_dir,
+    decode_dirs, encode, encode_dir, replace,
 )
 from proto.codec import STATFIXLEN, dir_size
 from proto.fmt import format_msg, parse_msg
@@ -221,7 +221,7 @@ def s(text: bytes) -> bytes:
 
 
 QB = struct.pack("<BIQ", 0, 0, 1)
-MALFORMED = {
+MALFORMED = {                 # the framing is broken: ProtocolError
     "size 0": b"\0\0\0\0\x6e\x01\x00",
     "size 6": b"\x06\0\0\0\x6e\x01\x00",
     "Terror 106": frame(106, s(b"x")),
@@ -239,10 +239,6 @@ MALFORMED = {
     "walk names missing": frame(110, struct.pack("<IIH", 0, 1, 2) + s(b"a")),
     "walk qids short": frame(111, struct.pack("<H", 2) + QB),
     "walk qids extra": frame(111, struct.pack("<H", 1) + QB * 2),
-    "invalid UTF-8": frame(107, s(b"\xff\xfe")),
-    "overlong UTF-8": frame(107, s(b"\xc0\xaf")),
-    "UTF-8 surrogate": frame(107, s(b"\xed\xa0\x80")),
-    "NUL in string": frame(110, struct.pack("<IIH", 0, 1, 1) + s(b"a\0b")),
     "Rread count past frame": frame(117, struct.pack("<I", 4) + b"abc"),
     "Rread count short": frame(117, struct.pack("<I", 2) + b"abc"),
     "Rread no count": frame(117, b"\0\0"),
@@ -254,6 +250,14 @@ MALFORMED = {
     "stat n past frame": frame(125, struct.pack("<H", 100) + encode_dir(D)),
     "stat n short": frame(125, struct.pack("<H", len(encode_dir(D)) - 1) + encode_dir(D)),
     "stat no n": frame(125, b"\x01"),
+    "Twstat fid only": frame(126, b"\0\0\0\0"),
+    "Twstat short fid": frame(126, b"\0\0"),
+}
+ILLEGAL = {                   # sound frames with bad content: Malformed
+    "invalid UTF-8": frame(107, s(b"\xff\xfe")),
+    "overlong UTF-8": frame(107, s(b"\xc0\xaf")),
+    "UTF-8 surrogate": frame(107, s(b"\xed\xa0\x80")),
+    "NUL in string": frame(110, struct.pack("<IIH", 0, 1, 1) + s(b"a\0b")),
     "stat size too big": frame(125, s(struct.pack("<H", 999) + encode_dir(D)[2:])),
     "stat size too small": frame(125, s(struct.pack("<H", 3) + encode_dir(D)[2:])),
     "stat shorter than fixed": frame(125, s(struct.pack("<H", 10) + b"\0" * 10)),
@@ -261,8 +265,11 @@ MALFORMED = {
     "stat trailing bytes": frame(125, s(struct.pack("<H", len(encode_dir(D)) - 1)
                                         + encode_dir(D)[2:] + b"\0")),
     "stat bad UTF-8": frame(125, s(encode_dir(replace(D, muid="é"))[:-2] + b"\xc3\x28")),
-    "Twstat fid only": frame(126, b"\0\0\0\0"),
-    "Twstat short fid": frame(126, b"\0\0"),
+    "Twalk name e9 74 e9": frame(110, struct.pack("<IIH", 0, 1, 2) + s(b"a") + s(b"\xe9t\xe9")),
+    "Tcreate NUL": frame(114, struct.pack("<I", 1) + s(b"a\0") + struct.pack("<IB", 0, 0)),
+    "Twstat inner size": frame(126, struct.pack("<I", 1) + s(struct.pack("<H", 48)
+                                                             + encode_dir(Dir.notouch())[2:])),
+    "Tattach bad uname": frame(104, struct.pack("<II", 0, NOFID) + s(b"\xff") + s(b"")),
 }
 
 
@@ -270,6 +277,33 @@ MALFORMED = {
 def test_malformed(name) -> None:
     with pytest.raises(ProtocolError):
         decode(MALFORMED[name])
+
+
+@pytest.mark.parametrize("name", ILLEGAL)
+def test_illegal_content_is_one_malformed_request(name) -> None:
+    """A sound frame whose strings or stat are bad decodes to Malformed, whole, and the
+    next frame after it still decodes (the stream is not broken)."""
+    data = ILLEGAL[name]
+    m, n = decode(data + encode(Tclunk(9, 1)))
+    assert type(m) is Malformed and n == len(data)
+    assert (m.tag, m.type) == (1, data[4]) and m.why
+    fr = Framer()
+    assert fr.feed(data + encode(Tclunk(9, 1))) == [m, Tclunk(9, 1)]
+    assert parse_msg(format_msg(m)) == m
+    with pytest.raises(TypeError):
+        encode(m)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("data", [
+    # a bad name, then a name whose length runs past the frame
+    frame(110, struct.pack("<IIH", 0, 1, 2) + s(b"\xe9") + struct.pack("<H", 9) + b"ab"),
+    frame(110, struct.pack("<IIH", 0, 1, 1) + s(b"a\0b") + b"!"),        # trailing byte
+    frame(114, struct.pack("<I", 1) + s(b"\xff") + b"\0\0"),           # perm, mode short
+    frame(104, struct.pack("<II", 0, NOFID) + s(b"\xff") + struct.pack("<H", 5)),  # aname
+], ids=["walk name past frame", "trailing byte", "create short", "attach aname past frame"])
+def test_broken_framing_wins_over_bad_content(data) -> None:
+    with pytest.raises(ProtocolError):
+        decode(data)
 
 
 def test_size_above_msize() -> None:
@@ -325,6 +359,10 @@ def check_decode_invariant(data: bytes) -> None:
     if out is not None:
         msg, n = out
         assert 7 <= n <= len(data)
+        if type(msg) is Malformed:      # a sound frame with bad content: its header, as sent
+            assert (msg.type, msg.tag) == (data[4], data[5] | data[6] << 8)
+            assert n == struct.unpack_from("<I", data)[0]
+            return
         assert encode(msg) == data[:n]  # the encoding is canonical: one frame per message
 
 

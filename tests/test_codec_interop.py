@@ -8,6 +8,8 @@ python-9p quirks this file works around (see test names):
   be built, and decode as negative numbers.
 - Its strings are C strings: it cannot carry NUL, and decoding truncates at one.
 - Invalid UTF-8 in a string escapes its decoder as UnicodeDecodeError.
+- convM2S checks the framing only, as proto does before it calls a frame Malformed:
+  every frame proto decodes to Malformed, convM2S accepts.
 """
 from __future__ import annotations
 
@@ -17,9 +19,9 @@ import py9p
 import pytest
 from hypothesis import given, strategies as st
 
-from proto import MESSAGES, Dir, ProtocolError, Qid, Rerror, Tread, Twstat
+from proto import MESSAGES, Dir, Malformed, ProtocolError, Qid, Rerror, Tread, Twstat
 from proto import decode, decode_dir, encode, encode_dir
-from test_codec import FAST, MALFORMED, SAMPLES, dirs, messages, mangled_frames
+from test_codec import FAST, ILLEGAL, MALFORMED, SAMPLES, dirs, messages, mangled_frames
 
 I63 = (1 << 63) - 1
 
@@ -114,7 +116,7 @@ def test_notouch_wstat_one_way() -> None:
 
 @pytest.mark.parametrize("name", MALFORMED)
 def test_malformed_frames_against_convM2S(name) -> None:
-    """Every frame we reject, plan9port's convM2S rejects too, or a py9p quirk explains it."""
+    """Every frame whose framing we call broken, plan9port's convM2S rejects too."""
     data = MALFORMED[name]
     with pytest.raises(ProtocolError):
         decode(data)
@@ -122,18 +124,26 @@ def test_malformed_frames_against_convM2S(name) -> None:
         theirs = py9p.decode_message(data)
     except py9p.CodecError:
         return                                  # convM2S or py9p rejected it as well
+    pytest.fail(f"convM2S accepts what we call broken framing: {theirs}")
+
+
+@pytest.mark.parametrize("name", ILLEGAL)
+def test_malformed_content_is_sound_framing_for_convM2S(name) -> None:
+    """What we decode to Malformed (one bad request), convM2S reads as a whole frame: it
+    does not look inside stat[n] (py9p hands back raw bytes) nor for NUL (it truncates),
+    and py9p leaks UnicodeDecodeError for bad UTF-8 after convM2S accepted the frame."""
+    data = ILLEGAL[name]
+    assert type(decode(data)[0]) is Malformed
+    try:
+        py9p.decode_message(data)
     except UnicodeDecodeError:
-        assert "UTF-8" in name                   # py9p leaks the exception
-        return
-    # convM2S does not look inside stat[n] (py9p hands back raw bytes) nor for NUL.
-    assert isinstance(getattr(theirs, "stat", None), bytes) or name == "NUL in string", theirs
+        pass
 
 
 def test_py9p_truncates_at_nul() -> None:
     data = struct.pack("<IBHH", 12, 107, 1, 3) + b"a\0b"
     assert py9p.decode_message(data) == py9p.Rerror(ename="a", tag=1)
-    with pytest.raises(ProtocolError):
-        decode(data)
+    assert decode(data) == (Malformed(1, 107, "NUL in string"), 12)
     with pytest.raises(ValueError):
         encode(Rerror(1, "a\0b"))
 
@@ -150,11 +160,16 @@ def test_differential_fuzz(data) -> None:
         return                                   # py9p decodes exact frames only
     try:
         theirs = from_py9p(py9p.decode_message(data))
-    except (py9p.CodecError, UnicodeDecodeError):
-        assert ours == "error"
+    except py9p.CodecError:
+        assert ours == "error"                   # never Malformed: the framing is broken
+        return
+    except UnicodeDecodeError:                   # py9p's leak, after convM2S accepted it
+        assert ours == "error" or type(ours[0]) is Malformed
         return
     if ours == "error":
-        return                                   # stricter here: stat, NUL, ...
+        return                                   # stricter here
     msg = ours[0]
+    if type(msg) is Malformed:
+        return                                   # a NUL (truncated there), a bad stat (bytes)
     if fits_py9p(msg):
         assert theirs == msg

@@ -342,7 +342,8 @@ def test_another_sessions_cwd(c, srv):
 
 def test_client_9p_cannot_widen_its_own_sandbox(world):
     """A model calling client_9p must not reach more than its session's profile allows:
-    not repoint its session's cwd, not switch its profile, not see or end other sessions."""
+    not repoint its session's cwd, not switch its profile, not see or end other sessions,
+    not see its session's other agents."""
     from toolsrv.app import BUNDLED_TOOLS
     d = tools_dir()
     add_tool(d, "read_outside", tool_script(ATTEMPTS["read_outside"]))
@@ -352,6 +353,7 @@ def test_client_9p_cannot_widen_its_own_sandbox(world):
             for s in ("s", "other"):
                 c.mkdir(f"session/{s}")
                 c.mkdir(f"session/{s}/agent/a")
+            c.mkdir("session/s/agent/b")
             c.rdwr("session/s/agent/a/ctl", b"tool_load client_9p read_outside")
             base = "session/s/agent/a/tools"
 
@@ -363,6 +365,11 @@ def test_client_9p_cannot_widen_its_own_sandbox(world):
                                    ("ls", "session/other", ""), ("rm", "session/other", "")]:
                 with pytest.raises(ClientError, match="permission denied"):
                     model(op, path, data)
+            # listings through the scoped connection show its own session and agent only
+            assert model("ls", "session") == b"s/\n"
+            assert model("ls", "session/s/agent") == b"a/\n"
+            assert model("ls", "session/s") == b"agent/\ncwd\nsandbox\n"
+            assert b"tools/" in model("ls", "")
             c.base = "session/s/agent/a"
             attempt(c, "read_outside", "Permission denied", path=world["secret"])
             assert "other" in [e.name for e in c.ls("session")]

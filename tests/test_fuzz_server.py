@@ -9,7 +9,7 @@ offsets and counts, garbage writes.  Each sequence runs against a fresh tree
 
 - no exception escaping `Conn.receive` and none caught and logged by it
   (no "internal server error" reply, no ERROR log line from toolsrv);
-- exactly one reply per request, except those a Tversion aborted; every
+- exactly one reply per request, except those a successful Tversion aborted; every
   Rflush after the reply of the request it flushed; no reply above msize;
 - after hang-up: no fid, no in-flight tag, no task left running;
 - a second, well-behaved connection on the same tree that still answers.
@@ -212,8 +212,7 @@ async def run_sequence(seq: list, tmp: str) -> None:
         if m == YIELD:
             await asyncio.sleep(0)
             continue
-        if type(m) is Tversion:
-            aborted += len(conn.inflight)
+        in_flight = len(conn.inflight)
         if (type(m) is Tflush and m.tag not in conn.inflight and m.oldtag != m.tag
                 and m.oldtag in conn.inflight and not isinstance(conn.inflight[m.oldtag], tuple)):
             flushes.append((len(replies), m.tag, m.oldtag))
@@ -221,6 +220,8 @@ async def run_sequence(seq: list, tmp: str) -> None:
         sent.append(m)
         if type(m) is Tversion:
             msize[0] = conn.msize
+            if replies[-1] == Rversion(m.tag, conn.msize, "9P2000"):
+                aborted += in_flight      # only a successful Tversion aborts (version(5))
     assert await settle(lambda: not conn.inflight), f"requests never answered: {conn.inflight}"
     assert conn.held == sum(f.held for f in conn.fids.values()) >= 0
     internal = [r for r in replies if type(r) is Rerror and r.ename == E.EINTERNAL]

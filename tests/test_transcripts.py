@@ -1,7 +1,8 @@
 """Replay 9P conversations written as text (tests/transcripts/*.txt).
 
 Each file is a conversation in the one-line trace form of proto.fmt:
-    T-lines are sent to a fresh server over an in-memory transport;
+    T-lines are sent to a fresh server over an in-memory transport, and so are
+    Malformed lines (what the codec makes of a sound frame with bad content);
     R-lines are the replies expected, in the order they arrive;
     `*` in an R-line matches any one word (times, for instance);
     `!bump` moves the fake registry's revision, `!hangup` hangs up,
@@ -45,7 +46,7 @@ async def replay(path: pathlib.Path, tmp: str) -> None:
         if not line or line.startswith("#"):
             continue
         where = f"{path.name}:{lineno}"
-        if line.startswith("T"):
+        if line.startswith(("T", "Malformed ")):
             conn.receive(parse_msg(line))
         elif line.startswith("R"):
             try:

@@ -16,9 +16,9 @@ import threading
 from typing import Any
 
 from proto import (
-    DMDIR, IOHDRSZ, MAXWELEM, NOFID, NOTAG, OREAD, ORDWR, OTRUNC, OWRITE, Dir, Framer, Rerror,
-    Tattach, Tauth, Tclunk, Tcreate, Topen, Tread, Tremove, Tstat, Tversion, Twalk, Twrite,
-    Twstat, decode_dirs, encode, replace,
+    DMDIR, IOHDRSZ, MAXWELEM, NOFID, NOTAG, OREAD, ORDWR, OTRUNC, OWRITE, Dir, Framer, Malformed,
+    Rerror, Tattach, Tauth, Tclunk, Tcreate, Topen, Tread, Tremove, Tstat, Tversion, Twalk,
+    Twrite, Twstat, decode_dirs, encode, replace,
 )
 
 from . import dial
@@ -186,6 +186,8 @@ class Client:
             raise ConnectionError(f"connection lost: {self._dead}")
         if isinstance(r, Rerror):
             raise ClientError(r.ename)
+        if isinstance(r, Malformed):
+            raise ClientError(f"unreadable reply: {r.why}")
         return r
 
     def rpc(self, msg: Any) -> Any:

@@ -25,7 +25,7 @@ from proto import DMDIR
 from . import errors as E
 from .errors import P9Error
 from .sessions import Agent, Session, SessionStore
-from .tree import Dir_, FixedDir, Node, Qids, TextFile, snapshot_read, stream_read
+from .tree import Committed, Dir_, FixedDir, Node, Qids, TextFile, snapshot_read
 
 log = logging.getLogger("toolsrv.fs")
 VALUE_MAX = 4096   # bytes of a cwd or sandbox value (PATH_MAX)
@@ -93,8 +93,9 @@ class RevwaitFile(Node):
     then.  One round trip for an agent (`rdwr revwait N`, pipelined by toolsrv.client),
     race-free (the number is the client's, not the server's guess at what it saw), and
     repeatable on one fid: write again, read again.  Reads after a write continue from
-    where the fid's last read ended whatever the offset (stream_read), so a 9pfuse
-    descriptor opened read-write (`exec 3<>revwait`) works as `9p rdwr` does."""
+    where the fid's last read ended whatever the offset (_stream_read), so a 9pfuse
+    descriptor opened read-write (`exec 3<>revwait`), whose offset grows with every
+    write and read, works as `9p rdwr` does."""
 
     perm = 0o666
 
@@ -127,10 +128,26 @@ class RevwaitFile(Node):
         seen = fid.aux.pop("wait", None)
         if seen is not None:
             return self._wait(fid, seen, count)
-        return stream_read(fid, self._text, offset, count)
+        return _stream_read(fid, self._text, offset, count)
 
     def truncate(self, fid: Any) -> None:
         return None
+
+
+def _stream_read(fid: Any, content: Callable[[], bytes], offset: int, count: int) -> bytes:
+    """revwait's reads: offset 0 starts at the beginning; any other offset continues where
+    the fid's last read ended (a read-write descriptor's offset has moved past its writes
+    and its earlier answers)."""
+    if offset == 0:
+        fid.aux["snapshot"] = content()
+        pos = 0
+    else:
+        if "snapshot" not in fid.aux:
+            fid.aux["snapshot"] = content()
+        pos = fid.aux.get("cursor", 0)
+    data = fid.aux["snapshot"][pos:pos + count]
+    fid.aux["cursor"] = pos + len(data)
+    return data
 
 
 class ToolDir(Dir_):
@@ -289,14 +306,15 @@ class AgentDir(FixedDir):
 
 
 def after_save(made: Any, fn: Callable[[Any], Any]) -> Any:
-    """fn(made), or, when the store's change is still being saved (an awaitable), an
-    awaitable of it: the reply waits for the state to be on disk (sessions.py)."""
+    """fn(made), or, when the store's change is made and still being saved (an
+    awaitable), a Committed of it: the reply waits for the state to be on disk
+    (sessions.py), and a flush does not cancel a change that took effect."""
     if not inspect.isawaitable(made):
         return fn(made)
 
     async def wait() -> Any:
         return fn(await made)
-    return wait()
+    return Committed(wait())
 
 
 class ValueFile(Node):

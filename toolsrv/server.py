@@ -3,22 +3,33 @@
 `Conn.receive(msg)` is the one entry point for a decoded T-message.  It runs
 every precondition check in one place (version negotiated, duplicate tag,
 unknown fid, fid in use, walk from an open fid, open mode against the file's
-permissions, directory-read offsets) and then a small handler per message
-type.  A handler returns the reply, or a `Later(awaitable, post)` when the
-node may block (a call's result, revwait); the awaitable runs as a task keyed
-by its tag and `post` turns its value into the reply, so one blocking read
-never stalls the connection.  When the awaitable is a node's `Pending` (a
-call's result) no task is made: the reply is sent the moment it is given.  A connection may carry a guard (ServerConfig.
-guard) that scopes what it may walk to, write, create and remove: the
-connection a tool gets through the client9p profile is scoped to its agent.
+permissions, directory-read offsets, write counts) and then a small handler per
+message type.  A frame the codec could read but whose content is illegal (a
+name not UTF-8 or holding NUL, a wstat's Dir that does not fill its stat[n])
+arrives as a proto.Malformed and is answered with Rerror like any failed
+request (`illegal file name`, `bad directory in wstat`); only a frame whose
+framing is broken closes the connection (transport.py).
+
+A handler returns the reply, or a `Later(awaitable, post)` when the node may
+block (a call's result, revwait); the awaitable runs as a task keyed by its tag
+and `post` turns its value into the reply, so one blocking read never stalls
+the connection.  When the awaitable is a node's `Pending` (a call's result) no
+task is made: the reply is sent the moment it is given.  A connection may carry
+a guard (ServerConfig.guard) that scopes what it may walk to, write, create and
+remove; its directory reads list only what it may walk to.  The connection a
+tool gets through the client9p profile is scoped to its agent.
 
 Every request ends through `_respond`, which frees the tag, writes the reply
 and then any Rflush waiting on it.  Tflush cancels the flushed task; the
-cancelled request answers `interrupted` and its Rflush follows.  A handler
-that raises P9Error answers Rerror with that string; any other exception
-answers a short Rerror and is logged — the connection keeps serving.
-Tversion mid-connection and hang-up both abort every request (their replies
-are dropped) and clunk every fid.
+cancelled request answers `interrupted` and its Rflush follows.  A request
+whose change already took effect and only waits for its save (a tree
+`Committed`: Tcreate of a session or agent, the Twrite of ctl, cwd, sandbox)
+is not cancelled: its real reply goes out, then the Rflush (flush(5); lib9p
+does the same).  A handler that raises P9Error answers Rerror with that
+string; any other exception answers a short Rerror and is logged — the
+connection keeps serving.  A successful Tversion mid-connection and hang-up
+both abort every request (their replies are dropped; a Committed's save still
+ends) and clunk every fid; a failed Tversion changes nothing.
 """
 from __future__ import annotations
 
@@ -28,10 +39,10 @@ import logging
 from typing import Any, Callable
 
 from proto import (
-    IOHDRSZ, MAXWELEM, NOFID, NOTOUCH16, NOTOUCH32, NOTOUCH64, OCEXEC, OEXEC, ORCLOSE,
-    ORDWR, OREAD, OTRUNC, OWRITE, Qid, Rattach, Rauth, Rclunk, Rcreate, Rerror, Rflush, Ropen,
-    Rread, Rremove, Rstat, Rversion, Rwalk, Rwrite, Rwstat, Tattach, Tauth, Tclunk,
-    Tcreate, Tflush, Topen, Tread, Tremove, Tstat, Tversion, Twalk, Twrite, Twstat,
+    DMDIR, IOHDRSZ, MAXWELEM, NOFID, NOTOUCH16, NOTOUCH32, NOTOUCH64, OCEXEC, OEXEC, ORCLOSE,
+    ORDWR, OREAD, OTRUNC, OWRITE, Malformed, Qid, Rattach, Rauth, Rclunk, Rcreate, Rerror,
+    Rflush, Ropen, Rread, Rremove, Rstat, Rversion, Rwalk, Rwrite, Rwstat, Tattach, Tauth,
+    Tclunk, Tcreate, Tflush, Topen, Tread, Tremove, Tstat, Tversion, Twalk, Twrite, Twstat,
     encode_dir,
 )
 
@@ -40,7 +51,7 @@ from .errors import P9Error
 from .fid import Fid
 from .names import valid_name
 from .record import Record
-from .tree import Node, Pending
+from .tree import Committed, Node, Pending
 
 log = logging.getLogger("toolsrv.server")
 
@@ -61,11 +72,24 @@ def _valid_name(name: str) -> bool:
     return ok
 
 
+def _walkable(guard: Callable[[Node, str], None], node: Node) -> bool:
+    """Whether a scoped connection may walk to node (and so see it listed)."""
+    try:
+        guard(node, "walk")
+    except P9Error:
+        return False
+    return True
+
 
 def _text(m: Any) -> str:
     """A message's line in the -D trace."""
     from proto.fmt import format_msg    # here: only -D needs it, not start-up
     return format_msg(m, maxdata=64)
+
+
+# The Rerror of a Malformed request, by its type (any other string: EBADSTRING).
+_MALFORMED = {Twalk.TYPE: E.EBADNAME, Tcreate.TYPE: E.EBADNAME, Twstat.TYPE: E.EBADDIR}
+
 
 class Later:
     """A handler's answer that needs waiting: `post(await aw)` is the reply."""
@@ -88,7 +112,8 @@ class ServerConfig(Record):
         self.trace = trace          # -D: one line per message
         self.auth = auth            # an auth.Authenticator: Tattach needs a proven afid
         self.guard = guard          # scopes a connection: raises P9Error
-                                    # for ("walk"|"write"|"create"|"remove")
+                                    # for ("walk"|"write"|"create"|"remove"); a directory
+                                    # read lists only what "walk" allows
 
 
 class Conn:
@@ -105,6 +130,7 @@ class Conn:
         self.fids: dict[int, Fid] = {}
         self.inflight: dict[int, Any] = {}
         self.flushes: dict[int, list[int]] = {}
+        self.saving: set[asyncio.Task] = set()   # tasks of Committed answers: never cancelled
         self.unames: set[str] = set()
         self.held = 0                 # sum of Fid.held: bytes fids keep in their aux
         self.closed = False
@@ -114,6 +140,7 @@ class Conn:
             Twalk: self._walk, Topen: self._open, Tcreate: self._create,
             Tread: self._read, Twrite: self._write, Tclunk: self._clunk,
             Tremove: self._remove, Tstat: self._stat, Twstat: self._wstat,
+            Malformed: self._malformed,
         }
 
     # -- the one entry point --
@@ -125,13 +152,13 @@ class Conn:
         if type(m) is Tversion:
             return self._version(m)
         tag = m.tag
-        if not self.msize:
+        if not self.msize and not (type(m) is Malformed and m.type == Tversion.TYPE):
             return self.send_reply(Rerror(tag, E.ENOVERSION))
         if tag in self.inflight:
             return self.send_reply(Rerror(tag, E.EDUPTAG))
         handler = self._handlers.get(type(m))
         if handler is None:
-            return self.send_reply(Rerror(tag, "illegal message type (invalid argument)"))
+            return self.send_reply(Rerror(tag, E.EBADTYPE))
         if len(self.inflight) >= self.config.max_inflight and type(m) is not Tflush:
             return self.send_reply(Rerror(tag, "resource busy: too many requests in flight "
                                           f"(limit {self.config.max_inflight})"))
@@ -154,6 +181,8 @@ class Conn:
             task = asyncio.get_running_loop().create_task(self._finish(tag, r))
             task.add_done_callback(lambda t: self._cancelled_early(tag, t, r.aw))
             self.inflight[tag] = task
+            if type(r.aw) is Committed:
+                self.saving.add(task)
             return None
         self._respond(tag, r)
         return None
@@ -161,9 +190,15 @@ class Conn:
     async def _finish(self, tag: int, later: Later) -> None:
         me = asyncio.current_task()
         try:
-            r = later.post(await later.aw)
+            value = await later.aw
+            if self.inflight.get(tag) is not me:
+                return                    # aborted meanwhile (a Committed's save went on)
+            r = later.post(value)
         except (asyncio.CancelledError, Exception) as e:
             r = self._failed(tag, e)
+        finally:
+            if me is not None:
+                self.saving.discard(me)
         if self.inflight.get(tag) is me:
             self._respond(tag, r)
 
@@ -192,6 +227,8 @@ class Conn:
     def _cancelled_early(self, tag: int, task: asyncio.Task, aw: Any) -> None:
         """A task flushed before it ever ran still owes its reply."""
         if task.cancelled():
+            if type(aw) is Committed:
+                aw = aw.aw
             if inspect.iscoroutine(aw):
                 aw.close()
             if self.inflight.get(tag) is task:
@@ -219,7 +256,8 @@ class Conn:
         self.inflight.clear()
         self.flushes.clear()
         for t in tasks:
-            t.cancel()
+            if t not in self.saving:      # a change that took effect is saved all the same
+                t.cancel()
         fids, self.fids = self.fids, {}
         for fid in fids.values():
             self._clunk_node(fid)
@@ -261,18 +299,26 @@ class Conn:
 
     # -- handlers, one per message type --
     def _version(self, m: Tversion) -> None:
-        self._abort_all()
+        """A successful Tversion starts a new session: every request aborted, every fid
+        clunked (version(5)).  One that fails (msize too small; a version we do not speak,
+        answered "unknown") leaves the connection as it was."""
         if m.msize < 256:
-            self.msize = 0
-            return self.send_reply(Rerror(m.tag, "msize too small (invalid argument)"))
+            return self.send_reply(Rerror(m.tag, E.EMSIZE))
         msize = min(m.msize, self.config.msize)
-        if m.version.startswith("9P2000"):
-            self.msize = msize
-            if self.on_msize:
-                self.on_msize(msize)
-            return self.send_reply(Rversion(m.tag, msize, "9P2000"))
-        self.msize = 0
-        return self.send_reply(Rversion(m.tag, msize, "unknown"))
+        if not m.version.startswith("9P2000"):
+            return self.send_reply(Rversion(m.tag, msize, "unknown"))
+        self._abort_all()
+        self.msize = msize
+        if self.on_msize:
+            self.on_msize(msize)
+        return self.send_reply(Rversion(m.tag, msize, "9P2000"))
+
+    def _malformed(self, m: Malformed) -> Any:
+        """A sound frame with bad content (proto.Malformed): this request fails, the
+        connection goes on.  lib9p answers a bad wstat Dir "bad directory in wstat"."""
+        if m.type & 1:                      # an R-message: not a request
+            raise P9Error(E.EBADTYPE)
+        raise P9Error(_MALFORMED.get(m.type, E.EBADSTRING))
 
     def _auth(self, m: Tauth) -> Any:
         if self.config.auth is None:
@@ -306,8 +352,8 @@ class Conn:
         self.flushes.setdefault(root, []).append(m.tag)
         self.inflight[m.tag] = ("flush", root)
         target = self.inflight.get(root)
-        if isinstance(target, (asyncio.Task, Pending)):
-            target.cancel()
+        if isinstance(target, (asyncio.Task, Pending)) and target not in self.saving:
+            target.cancel()               # a Committed is answered for real, then Rflush
         return _PENDING
 
     def _walk(self, m: Twalk) -> Rwalk:
@@ -341,16 +387,23 @@ class Conn:
             self.fids[m.newfid] = Fid(m.newfid, node, uname=fid.uname)
         return Rwalk(m.tag, tuple(qids))
 
-    def _check_open(self, node: Node, mode: int) -> None:
+    def _check_mode(self, is_dir: bool, mode: int) -> None:
+        """The modes a file of this kind opens in at all (Topen; Tcreate, before it makes
+        anything)."""
         if mode & ~(3 | OTRUNC | OCEXEC | ORCLOSE):
             raise P9Error(E.EBADMODE)
         acc = mode & 3
-        if node.is_dir:
+        if is_dir:
             if acc != OREAD or mode & (OTRUNC | ORCLOSE):
                 raise P9Error(E.EISDIR)
-            return
-        if acc == OEXEC or (mode & ORCLOSE):
+        elif acc == OEXEC or (mode & ORCLOSE):
             raise P9Error(E.EPERM)
+
+    def _check_open(self, node: Node, mode: int) -> None:
+        self._check_mode(node.is_dir, mode)
+        if node.is_dir:
+            return
+        acc = mode & 3
         if acc in (OWRITE, ORDWR) or mode & OTRUNC:
             if not node.writable():
                 raise P9Error(E.EPERM)
@@ -383,6 +436,7 @@ class Conn:
         node = self._live(fid)
         if not node.is_dir:
             raise P9Error(E.ENOTDIR)
+        self._check_mode(bool(m.perm & DMDIR), m.mode)   # a failed create makes nothing
         if not valid_name(m.name):
             raise P9Error(E.EBADNAME)
         if node.lookup(m.name) is not None:
@@ -395,7 +449,6 @@ class Conn:
         return self._created(m, fid, new)
 
     def _created(self, m: Tcreate, fid: Fid, new: Node) -> Rcreate:
-        self._check_open(new, m.mode)
         r = new.open(fid, m.mode)
         if inspect.isawaitable(r):
             r.close()  # created nodes open synchronously
@@ -423,7 +476,11 @@ class Conn:
 
     def _dirread(self, fid: Fid, offset: int, count: int) -> bytes:
         if offset == 0:
-            fid.dir_entries = [encode_dir(c.stat()) for c in self._live(fid).children()]
+            children = self._live(fid).children()
+            guard = self.config.guard
+            if guard is not None:           # a scoped connection lists what it may walk to
+                children = [c for c in children if _walkable(guard, c)]
+            fid.dir_entries = [encode_dir(c.stat()) for c in children]
             fid.dir_index = 0
         elif fid.dir_entries is None or offset != fid.dir_offset:
             raise P9Error(E.EOFFSET)
@@ -432,7 +489,7 @@ class Conn:
             out.append(entries[i])
             n += len(entries[i])
             i += 1
-        if not out and i < len(entries):
+        if not out and i < len(entries) and count:   # count 0: an empty Rread, as lib9p
             raise P9Error(E.EDIRCOUNT)
         fid.dir_index, fid.dir_offset = i, offset + n
         return b"".join(out)
@@ -441,6 +498,8 @@ class Conn:
         fid = self._fid(m.fid)
         if not fid.can_write():
             raise P9Error(E.ENOTOPEN)
+        if len(m.data) > self.iounit():     # the frame fits msize, the data must fit iounit
+            raise P9Error(E.EWCOUNT)
         node = self._live(fid)
         try:
             r = node.write(fid, m.offset, m.data)
@@ -508,8 +567,8 @@ class Conn:
                  and d.muid in ("", cur.muid))
         if not fixed or d.length not in (NOTOUCH64, 0, cur.length):
             raise P9Error(E.EWSTAT)
-        if d.length == 0 and not node.is_dir:
-            if self.config.guard is not None:
+        if d.length == 0 and not node.is_dir and (cur.length or node.writable()):
+            if self.config.guard is not None:   # (an empty read-only file: nothing changes)
                 self.config.guard(node, "write")
             node.truncate(fid)
         return Rwstat(m.tag)

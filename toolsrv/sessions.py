@@ -20,8 +20,10 @@ an atomic write (temp file, fsync, rename): a crash or a full disk leaves
 the previous state intact.  In the server the writes happen off the event
 loop (start_writer, _Writer): a change waits for the next write, which takes
 every change made while the one before it was under way (a group commit), and
-the reply to the client that made it comes after that write.  Without a
-writer (tests, tools) each change is written at once.  A creation or setting
+the reply to the client that made it comes after that write (a flush does not
+cancel that wait: server.py).  What a change does once saved (set_cwd removing
+the private directory it replaced) hangs on the write, not on that reply.
+Without a writer (tests, tools) each change is written at once.  A creation or setting
 that cannot be saved (disk full) is undone and fails with the reason, so what
 a client was told exists is what a restart will restore (other clients may
 see it while its write is under way).  A removal that cannot be saved still
@@ -451,12 +453,17 @@ class SessionStore:
     def _then(self, saved: str | None | asyncio.Future[str | None], value: T,
               done: Undo | None = None) -> T | Awaitable[T]:
         """`value` once the change is saved (then `done()`); else raise the error (the
-        change is undone by then).  With a writer, an awaitable of that."""
+        change is undone by then).  With a writer, an awaitable of that; `done` then
+        runs on the write itself, so it happens even when nobody waits for the reply any
+        more (a hang-up; the old private cwd of a set_cwd is removed all the same)."""
         if not isinstance(saved, asyncio.Future):
             return _settle(saved, value, done)
+        if done is not None:
+            saved.add_done_callback(
+                lambda f: None if f.cancelled() or f.result() is not None else done())
 
         async def wait() -> T:
-            return _settle(await asyncio.shield(saved), value, done)
+            return _settle(await asyncio.shield(saved), value, None)
         return wait()
 
     def restore(self) -> list[str]:

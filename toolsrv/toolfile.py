@@ -5,8 +5,11 @@ a ctl line runs on the write that completes it, and a call's JSON is
 validated and started on the write that completes it.  A read of `call` on
 the fid that wrote waits for the end of that call (a Later the server can
 flush: flushing it kills the run); a fid that wrote nothing reads end of file
-at once, as plan9port's `9p rdwr` needs.  `out` and `err` are the latest
-call's streams and wait while it runs; `status` never waits.
+at once, as plan9port's `9p rdwr` needs.  Reads of ctl and call slice a
+per-fid snapshot of the answer by offset (tree.answer_read: it starts at 0, or
+where the fid's writes ended, as a descriptor's reads after its writes come).
+`out` and `err` are the latest call's streams and wait while it runs; `status`
+never waits.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from .errors import P9Error
 from .fs import AgentDir, after_save, json_text
 from .jsonargs import fit, json_state, take_elevated, validate
 from .sessions import Agent
-from .tree import Dir_, FixedDir, Node, Pending, TextFile, snapshot_read, stream_read
+from .tree import Dir_, FixedDir, Node, Pending, TextFile, answer_read, answered, snapshot_read
 
 CHUNK_WAIT = 4096   # a line this long without a newline may continue in the next Twrite
 MAX_ARGS = 1 << 20  # bytes of JSON args one call may write (default of --max-args)
@@ -168,7 +171,7 @@ class CtlFile(Node):
         return len(self._text())
 
     def read(self, fid: Any, offset: int, count: int) -> bytes:
-        return stream_read(fid, self._text, offset, count)
+        return answer_read(fid, self._text, offset, count)
 
     def write(self, fid: Any, offset: int, data: bytes) -> int:
         buf = fid.aux.pop("ctlbuf", b"") + data
@@ -182,9 +185,9 @@ class CtlFile(Node):
             text = buf.decode()
         except UnicodeDecodeError:
             raise P9Error("ctl: illegal UTF-8") from None
-        if text.strip():
-            return after_save(self.calls.apply(self.a, text), lambda _: len(data))
-        return len(data)
+        saved = self.calls.apply(self.a, text) if text.strip() else None   # or raise
+        answered(fid, offset + len(data))        # applied: the next read answers afresh
+        return after_save(saved, lambda _: len(data))
 
     def truncate(self, fid: Any) -> None:
         fid.aux.pop("ctlbuf", None)
@@ -237,6 +240,11 @@ class CallFile(Node):
     parent: ToolCallDir
 
     def write(self, fid: Any, offset: int, data: bytes) -> int:
+        n = self._take(fid, data)
+        answered(fid, offset + n)
+        return n
+
+    def _take(self, fid: Any, data: bytes) -> int:
         if "call" in fid.aux:
             raise P9Error("call: already made on this open file; open call again (in use)")
         buf = fid.aux.setdefault("argbuf", bytearray())
@@ -299,7 +307,7 @@ class CallFile(Node):
 def _result(fid: Any, call: Call, offset: int, count: int) -> bytes:
     if call.reason is not None:
         raise P9Error(call.reason)
-    return stream_read(fid, lambda: call.stdout, offset, count)
+    return answer_read(fid, lambda: call.stdout, offset, count)
 
 
 class QuietDir(Dir_):

@@ -19,8 +19,10 @@ whether it is alive, so keeping it changes nothing a client can see.
 Handlers may return a value or an awaitable; the server awaits the latter in
 a task of its own, so a blocking read never stalls the connection.  A handler
 whose answer some other code will produce (a call's result) may return a
-`Pending` instead: no task, the answer goes out the moment it is given.  Errors
-are raised as P9Error with a string from errors.py.
+`Pending` instead: no task, the answer goes out the moment it is given.  A handler
+whose change is made and only waits to be saved (the state's group commit) returns a
+`Committed`: the server never cancels it, so a flush cannot turn a change that took
+effect into `interrupted`.  Errors are raised as P9Error with a string from errors.py.
 """
 from __future__ import annotations
 
@@ -71,6 +73,22 @@ class Pending:
         then, self._then, self.on_cancel = self._then, None, None   # no cycle outlives it
         if then is not None:
             then(value, exc)
+
+
+class Committed:
+    """An answer that waits only for a change already made to be saved (sessions.py's
+    group commit): its outcome is the real reply (the result, or the save's error, the
+    change then undone).  The server does not cancel it: a Tflush of its request waits
+    for that reply and follows it (flush(5) allows the reply before the Rflush; lib9p
+    sends it), and a hang-up drops the reply but lets the save end."""
+
+    __slots__ = ("aw",)
+
+    def __init__(self, aw: Awaitable[Any]) -> None:
+        self.aw = aw
+
+    def __await__(self) -> Any:
+        return self.aw.__await__()
 
 
 class Qids:
@@ -261,21 +279,29 @@ class TextFile(Node):
             raise E.P9Error(E.EREMOVE)
 
 
-def stream_read(fid: Any, content: Callable[[], bytes], offset: int, count: int) -> bytes:
-    """Reads of a file that answers its own writes (ctl, call): offset 0 starts
-    at the beginning; any other offset continues where the fid's last read
-    ended.  9pfuse reads at the kernel's file offset, which a write on the same
-    descriptor has already moved past the bytes written."""
-    if offset == 0:
-        fid.aux["snapshot"] = content()
-        pos = 0
-    else:
-        if "snapshot" not in fid.aux:
-            fid.aux["snapshot"] = content()
-        pos = fid.aux.get("cursor", 0)
-    data = fid.aux["snapshot"][pos:pos + count]
-    fid.aux["cursor"] = pos + len(data)
-    return data
+def answer_read(fid: Any, content: Callable[[], bytes], offset: int, count: int) -> bytes:
+    """Reads of a file that answers its own writes (ctl, call): a per-fid snapshot of the
+    answer, sliced by offset like any other file's, whose first byte is at the origin.
+
+    The snapshot is taken by the first read after a write (`answered`) and by a read at
+    offset 0.  Its origin is 0, or the offset where the fid's writes ended when that first
+    read comes exactly there: a descriptor's read after its write comes at the kernel's
+    file offset, past the bytes written (9pfuse, which uses direct I/O, plan9port's
+    `9p rdwr`, v9fs), while toolsrv's own client reads at 0.  A read below the origin
+    finds nothing (the bytes written are not served back)."""
+    aux = fid.aux
+    snap = aux.get("answer")
+    if snap is None or offset == 0:
+        snap = aux["answer"] = content()
+        aux["origin"] = offset if offset and offset == aux.get("wrote") else 0
+    pos = offset - aux["origin"]
+    return snap[pos:pos + count] if pos >= 0 else b""
+
+
+def answered(fid: Any, end: int) -> None:
+    """A Twrite ending at offset `end` was taken: the next read takes a new answer."""
+    fid.aux["wrote"] = end
+    fid.aux.pop("answer", None)
 
 
 def snapshot_read(fid: Any, content: Callable[[], bytes], offset: int, count: int) -> bytes:
