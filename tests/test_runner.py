@@ -96,10 +96,19 @@ def test_program_found_on_the_tools_path(h: Harness) -> None:
 
 @pytest.mark.skipif(not ROOT, reason="needs a cwd the tool uid cannot enter")
 def test_unreachable_cwd_is_an_error(h: Harness) -> None:
+    gone = h.base / "no-such-dir"
+    res = h.run(["/bin/true"], cwd=str(gone))
+    assert res.error and "cwd" in res.error and str(gone) in res.error
+
+
+def test_a_private_cwd_is_reached_where_root_can_map_it(h: Harness) -> None:
+    """A root server maps a 0700 cwd for its tools (toolsrv/idmap.py); an ordinary user's
+    tools run as that user, who owns it."""
     private = h.mkdir("private")
     private.chmod(0o700)
-    res = h.run(["/bin/true"], cwd=str(private))
-    assert res.error and "cwd" in res.error and str(private) in res.error
+    res = h.run(["/bin/sh", "-c", "echo in > here.txt && cat here.txt"], cwd=str(private))
+    assert res.exit_code == 0 and res.stdout == b"in\n", res
+    assert os.stat(private / "here.txt").st_uid == os.geteuid()
 
 
 def test_large_stdin_and_stdout_round_trip(h: Harness) -> None:

@@ -146,15 +146,17 @@ class Launcher:
     """Client of one zygote process and of the inits it forks; restarts it after it dies."""
 
     def __init__(self, rlimits: dict[str, int] | None = None, namespaces: bool = True,
-                 python: str | None = None, limits: dict | None = None) -> None:
+                 python: str | None = None, limits: dict | None = None,
+                 idmap: tuple[int, int] | None = None) -> None:
         self.python = python or sys.executable
         self.options = {"rlimits": {k: [v, v] for k, v in (rlimits or {}).items()},
-                        "namespaces": namespaces}
+                        "namespaces": namespaces, "idmap": list(idmap) if idmap else None}
         self.limits = {"pids": None, "memory": None, **(limits or {})}
         self.pidns = False
         self.netns = False
         self.cgroups = "none"
         self.seccomp = False
+        self.idmap = "not needed"
         self.restarts = 0  # launchers killed for not answering
         self.zygote_pid: int | None = None
         self.path_cache = landlock.PathCache()
@@ -211,6 +213,7 @@ class Launcher:
             raise LauncherDied(f"launcher did not start: {e!r}") from None
         self.pidns, self.netns = hello["pidns"], hello["netns"]
         self.cgroups, self.seccomp = hello.get("cgroups", "none"), hello.get("seccomp", False)
+        self.idmap = hello.get("idmap", "not needed")
         self.zygote_pid = proc.pid
         self._sock, self._proc = parent, proc
         self._pinged = 0.0

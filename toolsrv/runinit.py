@@ -14,6 +14,8 @@
 # takes on the run's confinement itself, in this order:
 #   cgroup (joined when forked)   pids.max and memory bound the run as a whole
 #   setns(empty netns)            no-network profiles: no interface at all, UDP included
+#   a mount namespace             a root server: the grants its tools' uid cannot reach,
+#                                 idmapped (toolsrv/idmap.py)
 #   setgroups/setresgid/setresuid the uid tools run as (a root server); drops capabilities
 #   chdir(cwd)
 #   Landlock restrict_self        sets no_new_privs first
@@ -43,7 +45,7 @@ import socket
 import sys
 from typing import NoReturn
 
-from toolsrv import cgroups, landlock
+from toolsrv import cgroups, idmap, landlock
 from toolsrv.seccomp import Filter
 
 CLONE_NEWNET = 0x40000000
@@ -57,10 +59,10 @@ _RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
 class Context:
     """What every init inherits from the launcher: fixed at the launcher's start."""
 
-    __slots__ = ("pidns", "netns", "filter")
+    __slots__ = ("pidns", "netns", "filter", "userns")
 
-    def __init__(self, pidns: bool, netns: int, seccomp: Filter) -> None:
-        self.pidns, self.netns, self.filter = pidns, netns, seccomp
+    def __init__(self, pidns: bool, netns: int, seccomp: Filter, userns: int = -1) -> None:
+        self.pidns, self.netns, self.filter, self.userns = pidns, netns, seccomp, userns
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -73,7 +75,7 @@ def main(sock: socket.socket, ctx: Context, group: list[str],
     try:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        _close_all_but({sock.fileno(), ctx.netns, *keep})
+        _close_all_but({sock.fileno(), ctx.netns, ctx.userns, *keep})
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         joined: OSError | None = None
         try:
@@ -135,6 +137,14 @@ def _run(ctx: Context, msg: dict, fds: list[int]) -> int:
             if _libc.setns(ctx.netns, CLONE_NEWNET):
                 err = ctypes.get_errno()
                 raise OSError(err, os.strerror(err))
+        if msg.get("mounts"):
+            step = "mounts"
+            if ctx.userns < 0:
+                raise OSError(errno.EPERM, f"tools run as uid {msg['uid']} cannot reach "
+                              f"{msg['mounts']['grants'][0][0]}, and no idmapped mount can "
+                              "be made here: serve with --run-as its owner, or grant a path "
+                              "that uid can reach")
+            idmap.apply(msg["mounts"], ctx.userns, msg["uid"])
         if msg.get("uid") is not None:
             step = "uid"
             os.setgroups([])
@@ -162,6 +172,9 @@ def _run(ctx: Context, msg: dict, fds: list[int]) -> int:
             setsigdef=_RESET_SIGNALS, setsigmask=())
     except OSError as e:
         why = e.strerror or str(e)
+        if e.errno == errno.EACCES and msg.get("uid") is not None:
+            why += (f" (tools run as uid {msg['uid']}: grant the path in the sandbox profile, "
+                    "or serve with --run-as a user who can reach it)")
         raise OSError(e.errno or errno.EINVAL, f"{step}: {why}") from None
     finally:
         for fd in (*fds, ruleset):

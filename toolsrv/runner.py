@@ -30,6 +30,7 @@ from typing import Any
 
 from toolsrv import landlock
 from toolsrv.elevation import request_approval
+from toolsrv.idmap import Planner
 from toolsrv.launcher import Launcher, LauncherDied, LaunchHandle
 from toolsrv.pumps import Collector, Feeder
 from toolsrv.record import Record
@@ -125,9 +126,11 @@ class Runner:
                             "memlock"):
                 raise ValueError(f"rlimits: unknown limit {name!r}")
         self.status = landlock_status()
-        self.launcher = Launcher(self._launcher_limits(), self.config.namespaces,
-                                 limits=self.config.run_limits)
         self._uid = self._resolve_uid()
+        # A root server maps the grants its tools' uid cannot reach (toolsrv/idmap.py).
+        self.planner = Planner(*self._uid) if self._uid else None
+        self.launcher = Launcher(self._launcher_limits(), self.config.namespaces,
+                                 limits=self.config.run_limits, idmap=self._uid)
         self.scratch = _Scratch(self.config.tmp_base, self._uid)
         self._background: set[asyncio.Task[None]] = set()
 
@@ -166,6 +169,7 @@ class Runner:
                 f"no-network netns: {'yes' if la.netns else 'no'}; "
                 f"per-run cgroup: {la.cgroups}; "
                 f"no ptrace in a run (seccomp): {'yes' if la.seccomp else 'no'}; "
+                + (f"idmapped grants: {la.idmap}; " if self._uid else "") +
                 f"tools run as {who}")
 
     def check(self) -> None:
@@ -252,7 +256,12 @@ class Runner:
                      "paths": [(p, landlock.ACCESS[a]) for p, a in policy.paths],
                      "bind_tcp": list(policy.bind_tcp), "connect_tcp": list(policy.connect_tcp)}
         uid = self._uid
+        mounts = None
+        if self.planner is not None:  # the private TMPDIR is the tool uid's own already
+            grants = [(p, a) for p, a in policy.paths if p != tmpdir]
+            mounts = self.planner.plan(grants, fresh={req.cwd, req.tool_dir or ""})
         return {"op": "spawn", "argv": list(req.argv), "env": env, "cwd": req.cwd,
+                "mounts": mounts,
                 "uid": uid[0] if uid else None, "gid": uid[1] if uid else None,
                 "rlimits": {"cpu": [cpu, cpu]}, "landlock": rules,
                 "netns": policy.network == "none" and not req.elevated,

@@ -42,6 +42,7 @@ import sys
 
 from toolsrv import runinit
 from toolsrv.cgroups import RunGroups
+from toolsrv.idmap import make_userns
 from toolsrv.seccomp import Filter
 
 CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWUSER = 0x40000000, 0x20000000, 0x10000000
@@ -77,7 +78,7 @@ class Zygote:
     """The launcher's state: control socket, the inits it forked, namespace handles."""
 
     def __init__(self, sock: socket.socket, in_pidns: bool, namespaces: bool = True,
-                 groups: dict | None = None) -> None:
+                 groups: dict | None = None, idmap: list[int] | None = None) -> None:
         self.sock = sock
         self.rbuf = mmap.mmap(-1, MAX_PACKET, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.inits: dict[int, list[str]] = {}  # every init not yet reaped -> its cgroup
@@ -87,7 +88,15 @@ class Zygote:
         self.pidns = in_pidns and self._can_unshare_pid()
         netns = self._make_empty_netns() if namespaces else -1
         self.groups = RunGroups.from_options(groups or {})
-        self.ctx = runinit.Context(self.pidns, netns, Filter())
+        self.idmap_why = "not needed"
+        userns = -1
+        if idmap:  # a root server's tools' uid: the user namespace of its idmapped mounts
+            try:
+                userns = make_userns(*idmap)
+                self.idmap_why = f"uid 0 <-> {idmap[0]}"
+            except OSError as e:
+                self.idmap_why = f"unavailable ({e.strerror or e})"
+        self.ctx = runinit.Context(self.pidns, netns, Filter(), userns)
         if not in_pidns:
             _call("prctl", PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
@@ -129,7 +138,8 @@ class Zygote:
     def hello(self) -> dict:
         groups = self.groups.kind if self.groups.bases else f"none ({self.groups.why})"
         return {"op": "hello", "pidns": self.pidns, "netns": self.ctx.netns >= 0,
-                "cgroups": groups, "seccomp": self.ctx.filter.available}
+                "cgroups": groups, "seccomp": self.ctx.filter.available,
+                "idmap": self.idmap_why}
 
     def serve(self) -> None:
         # SIGCHLD is blocked (posix_spawn clears the mask for the tool) and read from a
@@ -354,7 +364,7 @@ def main(argv: list[str]) -> None:
     in_pidns = namespaces and _enter_pid_namespace(sock_fd)
     sock = socket.socket(fileno=sock_fd)
     sock.set_inheritable(False)
-    zygote = Zygote(sock, in_pidns, namespaces, opts.get("groups"))
+    zygote = Zygote(sock, in_pidns, namespaces, opts.get("groups"), opts.get("idmap"))
     gc.freeze()  # what exists now is shared with every init, untouched by their collections
     if "nproc" in limits and not zygote.groups.bases:
         resource.setrlimit(RLIMITS["nproc"], tuple(limits["nproc"]))
