@@ -59,10 +59,12 @@ _RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
 class Context:
     """What every init inherits from the launcher: fixed at the launcher's start."""
 
-    __slots__ = ("pidns", "netns", "filter", "userns")
+    __slots__ = ("pidns", "netns", "filter", "userns", "host_netns")
 
-    def __init__(self, pidns: bool, netns: int, seccomp: Filter, userns: int = -1) -> None:
+    def __init__(self, pidns: bool, netns: int, seccomp: Filter, userns: int = -1,
+                 host_netns: int = -1) -> None:
         self.pidns, self.netns, self.filter, self.userns = pidns, netns, seccomp, userns
+        self.host_netns = host_netns  # the launcher's own network namespace
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -75,20 +77,22 @@ def main(sock: socket.socket, ctx: Context, group: list[str],
     try:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        _close_all_but({sock.fileno(), ctx.netns, ctx.userns, *keep})
+        _close_all_but({sock.fileno(), ctx.netns, ctx.userns, ctx.host_netns, *keep})
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         joined: OSError | None = None
         try:
             cgroups.join(group)
         except OSError as e:
             joined = e
-        if run is None:
+        netns = False
+        if run is None:  # a spare: most runs have no network, so enter that now, while idle
+            netns = ctx.netns >= 0 and ctx.host_netns >= 0 and _setns(ctx.netns)
             run = _receive(sock)
             if run is None:
                 os._exit(0)  # the server is gone, or let us go
         if joined is not None:
             raise OSError(joined.errno, f"cgroup: {joined.strerror}")
-        report = b"S%d" % _run(ctx, json.loads(run[0]), run[1])
+        report = b"S%d" % _run(ctx, json.loads(run[0]), run[1], netns)
     except BaseException as e:  # noqa: BLE001 - every failure is the run's error
         why = e.strerror if isinstance(e, OSError) and e.strerror else repr(e)
         report = b"E" + json.dumps(str(why)).encode()
@@ -128,15 +132,22 @@ def _prctl(option: int, value: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
-def _run(ctx: Context, msg: dict, fds: list[int]) -> int:
+def _setns(fd: int) -> bool:
+    if _libc.setns(fd, CLONE_NEWNET):
+        err = ctypes.get_errno()
+        raise OSError(err, f"netns: {os.strerror(err)}")
+    return True
+
+
+def _run(ctx: Context, msg: dict, fds: list[int], in_empty_netns: bool = False) -> int:
     """Confine this process, spawn the tool, reap until it has ended; its wait status."""
     ruleset = fds.pop() if msg.get("ruleset") else -1
     step = "netns"
     try:
-        if msg["netns"] and ctx.netns >= 0:
-            if _libc.setns(ctx.netns, CLONE_NEWNET):
-                err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err))
+        if msg["netns"] and ctx.netns >= 0 and not in_empty_netns:
+            _setns(ctx.netns)
+        elif not msg["netns"] and in_empty_netns:
+            _setns(ctx.host_netns)  # a run with the network, on a spare made for none
         if msg.get("mounts"):
             step = "mounts"
             if ctx.userns < 0:
@@ -202,14 +213,14 @@ def _reap_until(tool: int, pidns: bool) -> int:
     if not pidns:
         _kill_below()
         return status
-    while True:  # kill(-1) from a namespace's pid 1: every other process in it
+    while True:
         try:
-            os.kill(-1, signal.SIGKILL)
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:  # a child is still running:
+                os.kill(-1, signal.SIGKILL)  # from a namespace's pid 1: every other process
+                while True:
+                    os.waitpid(-1, 0)
         except ProcessLookupError:
             pass
-        try:
-            while True:
-                os.waitpid(-1, 0)
         except ChildProcessError:  # no child left, so no process: each has us as ancestor
             return status
 

@@ -96,7 +96,9 @@ class Zygote:
                 self.idmap_why = f"uid 0 <-> {idmap[0]}"
             except OSError as e:
                 self.idmap_why = f"unavailable ({e.strerror or e})"
-        self.ctx = runinit.Context(self.pidns, netns, Filter(), userns)
+        host = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC) \
+            if netns >= 0 else -1
+        self.ctx = runinit.Context(self.pidns, netns, Filter(), userns, host)
         if not in_pidns:
             _call("prctl", PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
