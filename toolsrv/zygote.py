@@ -274,7 +274,7 @@ class Zygote:
                 return
             group = self.inits.pop(pid, None)
             if group is not None:
-                self.groups.remove(group)
+                self.groups.release(group)
             if not self.pidns:
                 self.kill_orphans()
 
