@@ -89,7 +89,7 @@ def run_load(conns: int = 64, calls: int = 1000, runs: int = 2,
     srv = ToolsrvProcess(tools, extra=["--max-runs", str(max_runs)]).start()
     try:
         asyncio.run(one_run(srv.path, 1, 1, -1))               # warm-up: zygote, caches
-        fds0 = settle(srv.pid, 0, timeout=1)
+        fds0 = settle(srv.pid, 0, timeout=3)  # past the idle inits' trim (2 s)
         rss = [rss_kib(srv.pid)]
         out: dict[str, Any] = {"conns": conns, "calls_per_conn": calls, "runs": [],
                                "fds_before": fds0, "rss_kib": rss}

@@ -10,9 +10,11 @@
 # spawn() is synchronous.  It builds the run's Landlock ruleset here (paths resolved by the
 # server, through a PathCache), creates the three pipes and gives the request, the child ends
 # and the ruleset to a spare init in one packet, straight: the zygote is not on a call's path
-# (it is told the spare was taken, so it forks the next one while idle).  With no spare left,
-# the request goes to the zygote, which forks an init for it and answers {"op": "init", "id"}
-# with the init's socket and pidfd.  It returns a LaunchHandle whose one future the init's
+# (when few inits are left idle it is asked for more, which it forks while idle).  An init
+# that has reported waits for another run: it is kept idle (up to MAX_IDLE; beyond
+# SPARE_INITS only until IDLE_TRIM passes without a spawn), so under load no init is forked
+# per call.  With none idle, the request goes to the zygote, which forks an init for it and
+# answers {"op": "init", "id"} with the init's socket and pidfd.  It returns a LaunchHandle whose one future the init's
 # report resolves:
 #   exited -> (wait status, None) when the run has ended and nothing of it is left, or
 #             (None, reason) when it could not be launched (or the zygote died)
@@ -41,6 +43,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 
 from toolsrv import landlock
 from toolsrv.cgroups import RunGroups
@@ -50,6 +53,9 @@ MAX_PACKET = 1 << 20
 PING_EVERY = 2.0  # seconds between pings while runs wait on the zygote
 WEDGED_AFTER = 10.0  # seconds without a pong: the launcher is wedged
 MAX_FDS = 4  # an init's socket and pidfd; the zygote's own reply fds
+SPARE_INITS = 4  # idle inits wanted: fewer, and the zygote is asked for more
+MAX_IDLE = 64  # idle inits kept at most
+IDLE_TRIM = 2.0  # seconds without a spawn: idle inits beyond SPARE_INITS are let go
 _ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _BOOT = "import sys; sys.path.insert(0, sys.argv[4]); from toolsrv.zygote import main; " \
         "main(sys.argv[1:4])"
@@ -83,10 +89,12 @@ class LaunchHandle:
         self.exited: asyncio.Future[tuple[int | None, str | None]] = loop.create_future()
         self._owned = True
         self._init: _Spare | None = None
+        self._release: Callable[[_Spare], None] | None = None
 
-    def attach(self, init: _Spare) -> None:
-        """The init has the run: wait for its report (and kill it if a kill came first)."""
-        self._init = init
+    def attach(self, init: _Spare, release: Callable[[_Spare], None]) -> None:
+        """The init has the run: wait for its report (and kill it if a kill came first);
+        `release` takes the init back once it has reported (its namespace is empty)."""
+        self._init, self._release = init, release
         asyncio.get_running_loop().add_reader(init.sock.fileno(), self._on_report)
         if self.killed:
             self._kill()
@@ -100,9 +108,9 @@ class LaunchHandle:
         except OSError:
             data = b""
         if data.startswith(b"S"):
-            self._set((int(data[1:]), None))
+            self._set((int(data[1:]), None), reusable=True)
         elif data.startswith(b"E"):
-            self._set((None, json.loads(data[1:])))
+            self._set((None, json.loads(data[1:])), reusable=True)
         else:  # it ended without a word (killed): done once its namespace is empty
             loop = asyncio.get_running_loop()
             loop.remove_reader(self._init.sock.fileno())
@@ -131,15 +139,18 @@ class LaunchHandle:
                 os.close(fd)
             self._owned = False
 
-    def _set(self, value: tuple[int | None, str | None]) -> None:
+    def _set(self, value: tuple[int | None, str | None], reusable: bool = False) -> None:
         if not self.exited.done():
             self.exited.set_result(value)
-        if self._init is not None:
+        init, self._init = self._init, None
+        if init is not None:
             loop = asyncio.get_running_loop()
-            loop.remove_reader(self._init.sock.fileno())
-            loop.remove_reader(self._init.pidfd)
-            self._init.close()
-            self._init = None
+            loop.remove_reader(init.sock.fileno())
+            loop.remove_reader(init.pidfd)
+            if reusable and not self.killed and self._release is not None:
+                self._release(init)  # its namespace is empty: ready for another run
+            else:
+                init.close()
 
 
 class Launcher:
@@ -167,7 +178,10 @@ class Launcher:
         self._timer: asyncio.TimerHandle | None = None
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._spares: collections.deque[_Spare] = collections.deque()
+        self._spares: collections.deque[_Spare] = collections.deque()  # idle inits
+        self._asked = 0  # spares asked of the zygote and not yet had
+        self._last_spawn = 0.0
+        self._trim: asyncio.TimerHandle | None = None
         self._handles: dict[int, LaunchHandle] = {}  # runs not yet ended
         self._waiting: dict[int, LaunchHandle] = {}  # runs the zygote is forking an init for
         self._ids = itertools.count(1)
@@ -216,6 +230,7 @@ class Launcher:
         self.idmap = hello.get("idmap", "not needed")
         self.zygote_pid = proc.pid
         self._sock, self._proc = parent, proc
+        self._asked = SPARE_INITS  # the zygote makes these at its start
         self._pinged = 0.0
         self._gone = loop.create_future()
         pidfd = os.pidfd_open(proc.pid)
@@ -261,19 +276,46 @@ class Launcher:
 
     def _hand_over(self, handle: LaunchHandle, request: dict, fds: list[int]) -> None:
         data = json.dumps(request).encode()
-        while self._spares:  # straight to a waiting init
-            init = self._spares.popleft()
+        self._last_spawn = asyncio.get_running_loop().time()
+        while self._spares:  # straight to an idle init
+            init = self._spares.pop()  # the most recently used: its pages are warm
             try:
                 socket.send_fds(init.sock, [data], fds)
-            except OSError:  # that init is gone (its launcher died): the next
+            except OSError:  # that init is gone (killed, or its launcher died): the next
                 init.close()
                 continue
-            self._tell({"op": "took"})
-            handle.attach(init)
+            self._low_water()
+            handle.attach(init, self._idle)
             return
-        self._send(data, fds)  # none left: the zygote forks one for this request
+        self._low_water()
+        self._send(data, fds)  # none idle: the zygote forks one for this request
         self._waiting[handle.id] = handle
         self._watch_soon()
+
+    def _low_water(self) -> None:
+        """Ask the zygote for spares, while idle, when few inits are left idle."""
+        if len(self._spares) + self._asked < SPARE_INITS and self._sock is not None:
+            self._asked = SPARE_INITS - len(self._spares)
+            self._tell({"op": "spares", "n": self._asked})
+
+    def _idle(self, init: _Spare) -> None:
+        """An init that has reported: its namespace is empty, it waits for another run."""
+        if self._sock is None or len(self._spares) >= MAX_IDLE:
+            init.close()
+            return
+        self._spares.append(init)
+        if len(self._spares) > SPARE_INITS and self._trim is None:
+            self._trim = asyncio.get_running_loop().call_later(IDLE_TRIM, self._trim_idle)
+
+    def _trim_idle(self) -> None:
+        """After a burst: let idle inits beyond SPARE_INITS go (EOF ends an init)."""
+        self._trim = None
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._last_spawn < IDLE_TRIM:
+            self._trim = loop.call_later(IDLE_TRIM, self._trim_idle)
+            return
+        while len(self._spares) > SPARE_INITS:
+            self._spares.popleft().close()  # the least recently used
 
     def kill(self, handle: LaunchHandle) -> None:
         """SIGKILL the run's whole namespace (through its init's pidfd)."""
@@ -348,6 +390,7 @@ class Launcher:
         for fd in fds[2:] if init else fds:
             os.close(fd)
         if op == "spare" and init is not None:
+            self._asked = max(0, self._asked - 1)
             self._spares.append(init)
             return
         if op == "pong":
@@ -358,7 +401,7 @@ class Launcher:
             if handle is None:
                 init.close()  # the run is gone: the init ends at EOF
             else:
-                handle.attach(init)
+                handle.attach(init, self._idle)
         elif op == "error" and handle is not None:  # the request could not be handed over
             handle._set((None, msg["error"]))
 
@@ -371,6 +414,9 @@ class Launcher:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._trim is not None:
+            self._trim.cancel()
+            self._trim = None
         while self._spares:
             self._spares.popleft().close()
         handles, self._handles, self._waiting = self._handles, {}, {}

@@ -1,41 +1,39 @@
-# toolsrv/runinit.py — pid 1 of a run's PID namespace: confine, spawn the tool, reap, report.
+# toolsrv/runinit.py — pid 1 of a PID namespace: runs one tool at a time as its own child.
 #
-# Theory of operation.  The launcher (toolsrv/zygote.py) forks one init per run into a new
-# PID namespace, ahead of need while it is idle, or on demand.  The init is the run's only
-# process the launcher is parent of: the tool is the init's child, so every process of the
-# run descends from the init, whatever it does — fork, setsid, a double fork, or
-# clone(CLONE_PARENT), which makes a sibling of its caller and so another child of the
-# init (the init itself may not use CLONE_PARENT, and nothing else outside the namespace
-# has a child inside it).  Orphans are reparented to the init, which reaps them.
+# Theory of operation.  The launcher (toolsrv/zygote.py) forks inits, each into a PID
+# namespace of its own (and a cgroup of its own), and hands each to the server: the init's
+# socket and a pidfd on it.  An init is the only process of its namespace the launcher is
+# parent of; every tool it runs is its child, so every process of a run descends from it,
+# whatever it does: fork, setsid, a double fork, or clone(CLONE_PARENT), which makes a
+# sibling of its caller and so another child of the init (an init may not use
+# CLONE_PARENT itself, and nothing outside the namespace has a child inside it).  Orphans
+# are reparented to the init, which reaps them.
 #
-# A spare init waits on its socket (the other end is the server's) for one run: the spawn
-# request (JSON) and its fds — the tool's stdin, stdout, stderr and extra fds, then the
-# Landlock ruleset, which the server built.  It then
-# takes on the run's confinement itself, in this order:
-#   cgroup (joined when forked)   pids.max and memory bound the run as a whole
+# A run arrives on the socket: the spawn request (JSON) and its fds — the tool's stdin,
+# stdout, stderr and extra fds, then the Landlock ruleset, which the server built.  The
+# init's main thread stays root and unconfined (the tool can neither signal nor trace it);
+# a throw-away thread takes on the run's confinement, state Linux keeps per thread, and
+# spawns the tool, which inherits exactly that:
+#   unshare(CLONE_FS) + chdir     the tool's cwd
 #   setns(empty netns)            no-network profiles: no interface at all, UDP included
 #   a mount namespace             a root server: the grants its tools' uid cannot reach,
 #                                 idmapped (toolsrv/idmap.py)
-#   setgroups/setresgid/setresuid the uid tools run as (a root server); drops capabilities
-#   chdir(cwd)
+#   setgroups/setresgid/setresuid raw syscalls: glibc's wrappers would change every thread
 #   Landlock restrict_self        sets no_new_privs first
-#   seccomp filter                no ptrace, process_vm_*, pidfd_getfd, kcmp in the run
-#   PR_SET_DUMPABLE 0             the init itself cannot be traced or read
-# spawns the tool (posix_spawn: setsid, the fds dup2'd to 0, 1, 2, 3..., signals reset),
-# sets the tool's CPU rlimit, and reaps every child until the tool has ended.  Then it kills
-# every other process of the namespace (kill(-1) from pid 1: atomic against fork) and reaps
-# until it has no child left — and so no process, as every one descends from it.  Only then
-# does it write the tool's wait status (b"S<status>"), or the step that failed (b"E<json>"),
-# on its socket, and exit.  So a run is reported ended only once nothing of it is left,
-# while the namespace's teardown (the init's exit) stays off the caller's path; and no
-# namespace is ever used twice.
-# Without PID namespaces the init is a subreaper instead, and kills every process left
-# below it after the tool has ended.
+#   seccomp filter                no ptrace, process_vm_*, pidfd_getfd, kcmp; no set-id bits
+#   posix_spawn                   setsid, the fds dup2'd to 0, 1, 2, 3..., signals reset
+# and sets its CPU rlimit.  The main thread reaps every child until the tool has ended.  Then it kills every other process of the namespace (kill(-1) from pid 1: atomic
+# against fork) and reaps until it has no child left — and so no process, as every one
+# descends from it.  Only then does it write the tool's wait status (b"S<status>"), or the
+# step that failed (b"E<json>"), on its socket, and wait for the next run: a namespace is
+# reused only once it is proved empty.  A kill is SIGKILL to the init (the server holds a
+# pidfd): the kernel ends the namespace with it.  Without PID namespaces the init is a
+# subreaper instead, and kills every process left below it after the tool has ended.
 from __future__ import annotations
 
+import _thread
 import ctypes
 import errno
-import gc
 import json
 import mmap
 import os
@@ -48,119 +46,125 @@ from typing import NoReturn
 from toolsrv import cgroups, idmap, landlock
 from toolsrv.seccomp import Filter
 
-CLONE_NEWNET = 0x40000000
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
+CLONE_FS, CLONE_NEWNET = 0x200, 0x40000000
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 MAX_PACKET = 1 << 20
 MAX_FDS = 9  # stdin, stdout, stderr, up to five extra fds, the Landlock ruleset
 _RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
                   signal.SIGCHLD, signal.SIGHUP, signal.SIGQUIT)
+# setgroups, setresuid, setresgid: raw syscall numbers, so only the calling thread changes.
+_SYSNO = {"x86_64": (116, 117, 119), "aarch64": (159, 147, 149)}.get(os.uname().machine)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_unshare = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, use_errno=True)(("unshare", _libc))
+_setns = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                          use_errno=True)(("setns", _libc))
+_syscall3 = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                             ctypes.c_long, use_errno=True)(("syscall", _libc))
 
 
 class Context:
     """What every init inherits from the launcher: fixed at the launcher's start."""
 
-    __slots__ = ("pidns", "netns", "filter", "userns", "host_netns")
+    __slots__ = ("pidns", "netns", "filter", "userns")
 
-    def __init__(self, pidns: bool, netns: int, seccomp: Filter, userns: int = -1,
-                 host_netns: int = -1) -> None:
+    def __init__(self, pidns: bool, netns: int, seccomp: Filter, userns: int = -1) -> None:
         self.pidns, self.netns, self.filter, self.userns = pidns, netns, seccomp, userns
-        self.host_netns = host_netns  # the launcher's own network namespace
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
+def _check(ret: int) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 def main(sock: socket.socket, ctx: Context, group: list[str],
          run: tuple[bytes, list[int]] | None, keep: tuple[int, ...]) -> NoReturn:
     """The init's whole life, in the freshly forked child; never returns."""
-    gc.disable()  # a short life: no collection touching (and copying) the launcher's pages
     try:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        _close_all_but({sock.fileno(), ctx.netns, ctx.userns, ctx.host_netns, *keep})
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        _close_all_but({sock.fileno(), ctx.netns, ctx.userns, *keep})
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0))
+        if not ctx.pidns:
+            _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
         joined: OSError | None = None
         try:
             cgroups.join(group)
         except OSError as e:
             joined = e
-        netns = False
-        if run is None:  # a spare: most runs have no network, so enter that now, while idle
-            netns = ctx.netns >= 0 and ctx.host_netns >= 0 and _setns(ctx.netns)
-            run = _receive(sock)
+        buf = mmap.mmap(-1, MAX_PACKET, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        while True:
             if run is None:
-                os._exit(0)  # the server is gone, or let us go
-        if joined is not None:
-            raise OSError(joined.errno, f"cgroup: {joined.strerror}")
-        report = b"S%d" % _run(ctx, json.loads(run[0]), run[1], netns)
-    except BaseException as e:  # noqa: BLE001 - every failure is the run's error
-        why = e.strerror if isinstance(e, OSError) and e.strerror else repr(e)
-        report = b"E" + json.dumps(str(why)).encode()
-    try:
-        sock.send(report)
+                run = _receive(sock, buf)
+                if run is None:
+                    break  # the server is gone, or let us go
+            if joined is not None:
+                for fd in run[1]:
+                    os.close(fd)
+                report = b"E" + json.dumps(f"cgroup: {joined.strerror}").encode()
+            else:
+                report = _serve(ctx, json.loads(run[0]), run[1])
+            run = None
+            sock.send(report)
     finally:
         os._exit(0)
 
 
-def _close_all_but(keep: set[int]) -> None:
-    """Close every inherited fd (the launcher's: its socket, other inits', cached paths)."""
-    low = 3
-    for fd in sorted(k for k in keep if k >= 3):
-        if fd > low:
-            os.closerange(low, fd)
-        low = fd + 1
-    os.closerange(low, 1 << 20)
-
-
-def _receive(sock: socket.socket) -> tuple[bytes, list[int]] | None:
-    buf = mmap.mmap(-1, MAX_PACKET, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    size, ancillary, _, _ = sock.recvmsg_into([buf], socket.CMSG_SPACE(MAX_FDS * 4),
-                                              socket.MSG_CMSG_CLOEXEC)
-    fds: list[int] = []
-    for level, kind, blob in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            n = len(blob) // 4
-            fds += list(memoryview(blob)[:n * 4].cast("i"))
-    if not size:
-        return None
-    return buf[:size], fds
-
-
-def _prctl(option: int, value: int) -> None:
-    if _libc.prctl(option, value, 0, 0, 0):
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
-def _setns(fd: int) -> bool:
-    if _libc.setns(fd, CLONE_NEWNET):
-        err = ctypes.get_errno()
-        raise OSError(err, f"netns: {os.strerror(err)}")
-    return True
-
-
-def _run(ctx: Context, msg: dict, fds: list[int], in_empty_netns: bool = False) -> int:
-    """Confine this process, spawn the tool, reap until it has ended; its wait status."""
+def _serve(ctx: Context, msg: dict, fds: list[int]) -> bytes:
+    """One run: confine a thread, spawn the tool from it, reap; the report to send."""
     ruleset = fds.pop() if msg.get("ruleset") else -1
-    step = "netns"
+    out: list[object] = []
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def confine_and_spawn() -> None:
+        try:
+            out.append(_confine_and_spawn(ctx, msg, fds, ruleset))
+        except BaseException as e:  # noqa: BLE001 - handed back to the main thread
+            out.append(e)
+        finally:
+            done.release()
+
     try:
-        if msg["netns"] and ctx.netns >= 0 and not in_empty_netns:
-            _setns(ctx.netns)
-        elif not msg["netns"] and in_empty_netns:
-            _setns(ctx.host_netns)  # a run with the network, on a spare made for none
+        _thread.start_new_thread(confine_and_spawn, ())
+        done.acquire()
+    finally:
+        for fd in (*fds, ruleset):
+            if fd >= 0:
+                os.close(fd)
+    tool = out[0] if out else RuntimeError("the spawning thread did not start")
+    if isinstance(tool, BaseException):
+        why = tool.strerror if isinstance(tool, OSError) and tool.strerror else repr(tool)
+        return b"E" + json.dumps(str(why)).encode()
+    return b"S%d" % _reap_until(tool, ctx.pidns)  # type: ignore[arg-type]
+
+
+def _confine_and_spawn(ctx: Context, msg: dict, fds: list[int], ruleset: int) -> int:
+    """In the thread being used up: take on the run's confinement and spawn the tool."""
+    step = "fs"
+    uid = msg.get("uid")
+    try:
+        _check(_unshare(CLONE_FS))
+        if msg["netns"] and ctx.netns >= 0:
+            step = "netns"
+            _check(_setns(ctx.netns, CLONE_NEWNET))
         if msg.get("mounts"):
             step = "mounts"
             if ctx.userns < 0:
-                raise OSError(errno.EPERM, f"tools run as uid {msg['uid']} cannot reach "
+                raise OSError(errno.EPERM, f"tools run as uid {uid} cannot reach "
                               f"{msg['mounts']['grants'][0][0]}, and no idmapped mount can "
                               "be made here: serve with --run-as its owner, or grant a path "
                               "that uid can reach")
-            idmap.apply(msg["mounts"], ctx.userns, msg["uid"])
-        if msg.get("uid") is not None:
+            idmap.apply(msg["mounts"], ctx.userns, uid)
+        if uid is not None:
             step = "uid"
-            os.setgroups([])
-            os.setresgid(msg["gid"], msg["gid"], msg["gid"])
-            os.setresuid(msg["uid"], msg["uid"], msg["uid"])
+            if _SYSNO is None:
+                raise OSError(errno.ENOSYS, f"uid switch unsupported on {os.uname().machine}")
+            gid = msg["gid"]
+            _check(_syscall3(_SYSNO[0], 0, 0, 0))
+            _check(_syscall3(_SYSNO[2], gid, gid, gid))
+            _check(_syscall3(_SYSNO[1], uid, uid, uid))
         step = "cwd: " + msg["cwd"]
         os.chdir(msg["cwd"])
         if ruleset >= 0:
@@ -168,36 +172,28 @@ def _run(ctx: Context, msg: dict, fds: list[int], in_empty_netns: bool = False) 
             landlock.restrict_self(ruleset)  # sets no_new_privs first
         elif msg.get("nnp"):
             step = "no_new_privs"
-            _prctl(landlock.PR_SET_NO_NEW_PRIVS, 1)
+            _check(_libc.prctl(landlock.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
         if msg.get("nnp") and ctx.filter.available:
             step = "seccomp"
             ctx.filter.install()
-        step = "dumpable"
-        _prctl(PR_SET_DUMPABLE, 0)
-        if not ctx.pidns:
-            _prctl(PR_SET_CHILD_SUBREAPER, 1)
         step = "exec: " + msg["argv"][0]
-        tool = os.posix_spawn(
+        pid = os.posix_spawn(
             _find(msg["argv"][0], msg["env"]), msg["argv"], msg["env"], setsid=True,
             file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(fds)],
             setsigdef=_RESET_SIGNALS, setsigmask=())
     except OSError as e:
         why = e.strerror or str(e)
-        if e.errno == errno.EACCES and msg.get("uid") is not None:
-            why += (f" (tools run as uid {msg['uid']}: grant the path in the sandbox profile, "
+        if e.errno == errno.EACCES and uid is not None:
+            why += (f" (tools run as uid {uid}: grant the path in the sandbox profile, "
                     "or serve with --run-as a user who can reach it)")
         raise OSError(e.errno or errno.EINVAL, f"{step}: {why}") from None
-    finally:
-        for fd in (*fds, ruleset):
-            if fd >= 0:
-                os.close(fd)
     cpu = msg.get("rlimits", {}).get("cpu")
-    if cpu:
+    if cpu:  # from this thread, the tool's uid now: the init itself may lack the right
         try:
-            resource.prlimit(tool, resource.RLIMIT_CPU, tuple(cpu))
-        except ProcessLookupError:
-            pass
-    return _reap_until(tool, ctx.pidns)
+            resource.prlimit(pid, resource.RLIMIT_CPU, tuple(cpu))
+        except OSError:
+            pass  # it has ended already
+    return pid
 
 
 def _reap_until(tool: int, pidns: bool) -> int:
@@ -247,6 +243,33 @@ def _kill_below() -> None:
                 os.waitpid(-1, 0)
             except ChildProcessError:
                 break
+
+
+def _close_all_but(keep: set[int]) -> None:
+    """Close every inherited fd (the launcher's: its socket, other inits', cached paths)."""
+    low = 3
+    for fd in sorted(k for k in keep if k >= 3):
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 20)
+
+
+def _receive(sock: socket.socket, buf: mmap.mmap) -> tuple[bytes, list[int]] | None:
+    try:
+        size, ancillary, _, _ = sock.recvmsg_into([buf], socket.CMSG_SPACE(MAX_FDS * 4),
+                                                  socket.MSG_CMSG_CLOEXEC)
+    except OSError:
+        return None
+    fds: list[int] = []
+    for level, kind, blob in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += list(memoryview(blob)[:len(blob) // 4 * 4].cast("i"))
+    if not size:
+        for fd in fds:
+            os.close(fd)
+        return None
+    return buf[:size], fds
 
 
 def _find(name: str, env: dict[str, str]) -> str:

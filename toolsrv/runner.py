@@ -259,7 +259,7 @@ class Runner:
         mounts = None
         if self.planner is not None:  # the private TMPDIR is the tool uid's own already
             grants = [(p, a) for p, a in policy.paths if p != tmpdir]
-            mounts = self.planner.plan(grants, fresh={req.cwd, req.tool_dir or ""})
+            mounts = self.planner.plan(grants)
         return {"op": "spawn", "argv": list(req.argv), "env": env, "cwd": req.cwd,
                 "mounts": mounts,
                 "uid": uid[0] if uid else None, "gid": uid[1] if uid else None,

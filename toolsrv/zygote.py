@@ -4,12 +4,14 @@
 # 10 MiB) and talks to it over a SOCK_SEQPACKET socketpair: one JSON object per packet, fds
 # as SCM_RIGHTS.  The server never forks; this process forks inits, and nothing else: each
 # init is pid 1 of a PID namespace of its own, takes on one run's confinement and spawns its
-# tool (toolsrv/runinit.py).  While idle it forks SPARE_INITS inits ahead (a namespace's
-# first process is the slow step: the kernel mounts its procfs) and hands each one to the
-# server as {"op": "spare"} with the init's socket and a pidfd on it; the server gives a run
-# straight to a spare and says {"op": "took"}, so this process is not on a call's path.  A
-# spawn request reaches it only when the server has no spare left: it forks an init for that
-# request and answers {"op": "init", "id"} with the same two fds (or {"op": "error"}).
+# tools (toolsrv/runinit.py), one at a time, each time once its namespace is proved empty.
+# While idle it forks the inits the server asked for ({"op": "spares", "n"}; SPARE_INITS at
+# the start: a namespace's first process is the slow step, the kernel mounts its procfs)
+# and hands each one over as {"op": "spare"} with the init's socket and a pidfd on it; the
+# server gives runs straight to its inits and keeps them between runs, so this process is
+# not on a call's path.  A spawn request reaches it only when the server has no init idle:
+# it forks one for that request and answers {"op": "init", "id"} with the same two fds (or
+# {"op": "error"}).
 #
 # Invariants.  Its only children are inits (and, without PID namespaces, orphans it adopted
 # as a subreaper).  It keeps no fd of an init once handed over, so the init's end of the
@@ -49,7 +51,8 @@ CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWUSER = 0x40000000, 0x20000000, 0x10000000
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 MAX_PACKET = 1 << 20
 MAX_FDS = 9  # stdin, stdout, stderr, up to five extra fds, the Landlock ruleset
-SPARE_INITS = 4  # inits forked ahead, while idle
+SPARE_INITS = 4  # inits forked ahead, while idle, at the start
+MAX_WANTED = 64  # spares the server may ask for at once
 RLIMITS = {n: getattr(resource, f"RLIMIT_{n.upper()}")
            for n in ("cpu", "as", "fsize", "nofile", "core", "nproc", "data", "stack", "memlock")}
 
@@ -82,7 +85,7 @@ class Zygote:
         self.sock = sock
         self.rbuf = mmap.mmap(-1, MAX_PACKET, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.inits: dict[int, list[str]] = {}  # every init not yet reaped -> its cgroup
-        self.spares = 0  # spares handed to the server and not yet taken
+        self.wanted = SPARE_INITS  # spares the server asked for and has not had yet
         self.spare_ok = True
         self.own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         self.pidns = in_pidns and self._can_unshare_pid()
@@ -96,9 +99,7 @@ class Zygote:
                 self.idmap_why = f"uid 0 <-> {idmap[0]}"
             except OSError as e:
                 self.idmap_why = f"unavailable ({e.strerror or e})"
-        host = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC) \
-            if netns >= 0 else -1
-        self.ctx = runinit.Context(self.pidns, netns, Filter(), userns, host)
+        self.ctx = runinit.Context(self.pidns, netns, Filter(), userns)
         if not in_pidns:
             _call("prctl", PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
@@ -168,12 +169,12 @@ class Zygote:
                     self.shutdown()
 
     def _want_spare(self) -> bool:
-        return self.spare_ok and self.spares < SPARE_INITS
+        return self.spare_ok and self.wanted > 0
 
     def _add_spare(self) -> None:
         try:
             self._give(self._fork_init(None), {"op": "spare"})
-            self.spares += 1
+            self.wanted -= 1
         except OSError:
             self.spare_ok = False  # e.g. out of processes: fork per run, as asked
 
@@ -237,8 +238,8 @@ class Zygote:
             if msg["op"] == "spawn":
                 self.spawn(msg, bytes(self.rbuf[:size]), list(fds))
                 fds = array.array("i")
-            elif msg["op"] == "took":
-                self.spares = max(0, self.spares - 1)
+            elif msg["op"] == "spares":  # the server is running low: more, while idle
+                self.wanted = max(0, min(MAX_WANTED, int(msg["n"])))
             elif msg["op"] == "ping":
                 self.send({"op": "pong", "n": msg.get("n")})
         except (ValueError, LookupError, TypeError):
