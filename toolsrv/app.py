@@ -2,13 +2,15 @@
 listeners, and runs until SIGTERM/SIGINT.
 
 Start-up order: what answering 9P needs, then listeners opened, then what only
-tool calls need.  Runner made (its launcher process not started yet), registry
+tool calls need.  The state directory locked (statedir.py: a second server on
+it is refused), runner made (its launcher process not started yet), registry
 (initial scan, then watching), session state restored, listeners opened; then
 the launcher started (calls arriving meanwhile wait for it), then jsonschema
 imported in a worker thread.  Imports not needed to answer the first request
 are deferred to where they are used (doc/performance.md, Start-up).
 Shutdown is graceful: stop accepting, hang up connections (their calls are
-cancelled), kill every run, save state, remove the Unix socket, exit 0.
+cancelled), kill every run, save state, release the state lock, remove the Unix
+socket, exit 0.
 
 Who gets in (SECURITY.md): a Unix-socket peer must have the server's uid or
 one allowed by --allow-uid (SO_PEERCRED), and must not be one of our own tool
@@ -88,11 +90,6 @@ def _warm_imports() -> None:
     import jsonschema.validators  # noqa: F401  (jsonargs imports it lazily)
 
 
-def default_state_dir() -> str:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return os.path.join(base, "toolsrv")
-
-
 def default_tools_path() -> list[str]:
     """$OLLIE_TOOLS_PATH, else the user's tools followed by the bundled ones."""
     env = os.environ.get("OLLIE_TOOLS_PATH")
@@ -142,6 +139,7 @@ class App:
         self.addrs = [dial.parse(a) for a in opts.addrs] or [dial.default_addr()]
         self.runner: Any = None
         self.calls: Any = None
+        self.lock: Any = None         # statedir.StateLock, held while serving with state
 
     def _make_registry(self) -> Any:
         from .registry import Registry
@@ -182,10 +180,45 @@ class App:
         opts = self.opts
         raise_fd_limit()
         unix_config, tcp_config = self._configs()
-        self.runner, tool_uid = self._make_runner()
-        self.registry = self._make_registry()
-        await self.registry.start()
-        state = (opts.state_dir or default_state_dir()) if opts.persist else None
+        state = self._lock_state()    # before anything is started: a refusal leaves nothing
+        try:
+            self.runner, tool_uid = self._make_runner()
+            self.registry = self._make_registry()
+            await self.registry.start()
+            await self._start_serving(state, tool_uid, unix_config, tcp_config)
+        except BaseException:
+            self._unlock()
+            raise
+        # Serving already.  Now the launcher (a process of its own: started sooner, it takes
+        # a CPU from the start-up on a busy machine); calls arriving meanwhile wait for it
+        # in Runner.run.  Then the call validator's library, off the loop, before a call
+        # needs it; not sooner: the import holds the GIL, and the first requests would
+        # wait for it (up to the 5 ms switch interval per reply).
+        if self.runner is not None:
+            await self.runner.start()
+        asyncio.get_running_loop().run_in_executor(None, _warm_imports)
+
+    def _lock_state(self) -> str | None:
+        """The state directory (None with --no-state), locked for this server: a second
+        server on it is refused with the holder's pid and address (statedir.py)."""
+        if not self.opts.persist:
+            return None
+        from .statedir import StateLock, default_state_dir
+        state = self.opts.state_dir or default_state_dir(self.addrs[0])
+        lock = StateLock(state)
+        lock.acquire([str(a) for a in self.addrs])
+        self.lock = lock
+        return state
+
+    def _unlock(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    async def _start_serving(self, state: str | None, tool_uid: Any, unix_config: ServerConfig,
+                             tcp_config: ServerConfig) -> None:
+        """Sessions restored, the tree made, the listeners opened."""
+        opts = self.opts
         work = self._work_dir(state, tool_uid)
         self.store = SessionStore(state, work, tool_uid, self._check_profile,
                                   max_sessions=opts.max_sessions, max_agents=opts.max_agents)
@@ -209,14 +242,8 @@ class App:
                 self.unix_paths.append(a.path)
             elif a.port == 0 and srv.sockets:       # tcp!host!0: say the port we got
                 self.addrs[i] = dial.Addr("tcp", host=a.host, port=srv.sockets[0].getsockname()[1])
-        # Serving already.  Now the launcher (a process of its own: started sooner, it takes
-        # a CPU from the start-up on a busy machine); calls arriving meanwhile wait for it
-        # in Runner.run.  Then the call validator's library, off the loop, before a call
-        # needs it; not sooner: the import holds the GIL, and the first requests would
-        # wait for it (up to the 5 ms switch interval per reply).
-        if self.runner is not None:
-            await self.runner.start()
-        asyncio.get_running_loop().run_in_executor(None, _warm_imports)
+        if self.lock is not None:
+            self.lock.update([str(a) for a in self.addrs])
 
     async def internal_connection(self, session: str, agent: str) -> socket.socket:
         """A socket already connected to this server: what a tool under a profile with
@@ -288,6 +315,7 @@ class App:
         await self.registry.close()
         await self.store.stop_writer()
         self.store.save()
+        self._unlock()
         if self.store.state_dir is None:      # --no-state: nothing will restore them
             for sess in self.store.sessions.values():
                 if sess.private_cwd:
