@@ -3,6 +3,7 @@ the reference broker's --allow policy, its socket protocol and its command line.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
 from sandbox_support import LANDLOCK, NO_LANDLOCK, Harness  # noqa: E402
 
 from toolsrv.elevation import Broker, decide_allowed, format_request, request_approval  # noqa: E402
+from toolsrv.errors import errno_for  # noqa: E402
 from toolsrv.runner import RunnerConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,9 +62,12 @@ def test_sandboxed_read_is_denied_to_begin_with(h: Harness) -> None:
 
 
 def test_no_broker_means_denied(h: Harness) -> None:
+    """Issue 14: the refusal had none of 9pfuse's words (the shell saw ERANGE, "Numerical
+    result out of range"); it reads EACCES now, whatever the broker's reason says."""
     res = elevated_read(h, None)
-    assert res.error and res.error.startswith("elevation denied:")  # type: ignore[attr-defined]
-    assert "OLLIE_BYPASS_SOCKET" in res.error  # type: ignore[attr-defined]
+    assert res.error == ("elevation denied (permission denied): no approval broker "  # type: ignore
+                         "configured (OLLIE_BYPASS_SOCKET is unset)")
+    assert errno_for(res.error) == errno.EACCES  # type: ignore[attr-defined]
     assert res.exit_code is None and res.stdout == b""  # type: ignore[attr-defined]
 
 
@@ -71,7 +76,7 @@ def test_operator_says_no(h: Harness) -> None:
     path, server = start_broker(h, Broker(ask=no))
     try:
         res = elevated_read(h, path)
-        assert res.error == "elevation denied: refused by the operator"  # type: ignore
+        assert res.error == "elevation denied (permission denied): refused by the operator"  # type: ignore
         assert res.stdout == b""  # type: ignore[attr-defined]
         assert no.asked == [{"session": "s1", "agent": "a1", "tool": "file_read",
                              "args": {"path": str(h.secret)}, "cwd": str(h.cwd)}]
@@ -94,7 +99,8 @@ def test_allow_list_approves_only_listed_tools(h: Harness) -> None:
         assert elevated_read(h, path).stdout == b"secret\n"  # type: ignore[attr-defined]
         res = h.run(["/bin/true"], elevated=True, env={"OLLIE_BYPASS_SOCKET": path},
                     context={"tool": "shell"})
-        assert res.error == "elevation denied: shell is not in the broker's allow list"
+        assert res.error == ("elevation denied (permission denied): shell is not in the "
+                             "broker's allow list")
     finally:
         server.close()
 

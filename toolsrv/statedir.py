@@ -77,7 +77,7 @@ class StateLock:
             os.close(fd)
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise
-            raise StateInUse(self._refusal(holder)) from None
+            raise StateInUse(self._in_use(holder)) from None
         self.fd = fd
         self.update(addrs)
 
@@ -98,7 +98,7 @@ class StateLock:
             os.close(self.fd)               # closing drops the flock
             self.fd = None
 
-    def _refusal(self, holder: str) -> str:
+    def _in_use(self, holder: str) -> str:
         pid, _, addrs = holder.strip().partition(" ")
         who = (f"toolsrv pid {pid} serving {addrs or 'an unknown address'}" if pid.isdigit()
                else "another toolsrv (it has not written its pid yet)")

@@ -2,7 +2,8 @@
 
 Everything that can fail does so on the Twrite (9pfuse drops clunk errors):
 a ctl line runs on the write that completes it, and a call's JSON is
-validated and started on the write that completes it.  A read of `call` on
+validated and started on the write that completes it.  Every error is in the
+agent's log whole (P9Error.full), the Rerror's cut aside.  A read of `call` on
 the fid that wrote waits for the end of that call (a Later the server can
 flush: flushing it kills the run); a fid that wrote nothing reads end of file
 at once, as plan9port's `9p rdwr` needs.  `out` and `err` are the latest
@@ -11,7 +12,7 @@ call's streams and wait while it runs; `status` never waits.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 from . import ctl
 from .calls import Call, Scheduler, invalid_call
@@ -95,7 +96,7 @@ class Calls:
                 loaded = (loaded | set(names) if verb == "tool_load" else
                           loaded - set(names) if verb == "tool_unload" else loaded)
         except P9Error as e:
-            a.note(f"ctl {text.strip()!r} -> error: {e.ename}")
+            a.note(f"ctl {text.strip()!r} -> error: {e.full}")
             raise
         for verb, names in cmds:
             if verb == "tool_load":
@@ -123,7 +124,7 @@ class Calls:
             validate(tool, args)
         except P9Error as e:
             self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
-            a.note(f"call {tool_name} {_short(args)} -> {e.ename}")
+            a.note(f"call {tool_name} {_short(args)} -> {e.full}")
             raise
         text = _to_json(args)       # the log line's, and the tool's stdin
         c = Call(tool_name, a, args, elevated)
@@ -177,14 +178,18 @@ class CtlFile(Node):
             fid.aux["ctlbuf"], buf = buf[cut:], buf[:cut]
             if len(fid.aux["ctlbuf"]) > MAX_CTL_LINE:
                 del fid.aux["ctlbuf"]
-                raise P9Error(f"ctl: line longer than {MAX_CTL_LINE} bytes: too long")
+                self._refuse(P9Error(f"ctl: line longer than {MAX_CTL_LINE} bytes: too long"))
         try:
             text = buf.decode()
         except UnicodeDecodeError:
-            raise P9Error("ctl: illegal UTF-8") from None
+            self._refuse(P9Error("ctl: illegal UTF-8"))
         if text.strip():
             return after_save(self.calls.apply(self.a, text), lambda _: len(data))
         return len(data)
+
+    def _refuse(self, e: P9Error) -> NoReturn:
+        self.a.note(f"ctl -> error: {e.full}")
+        raise e
 
     def truncate(self, fid: Any) -> None:
         fid.aux.pop("ctlbuf", None)
@@ -237,31 +242,39 @@ class CallFile(Node):
     parent: ToolCallDir
 
     def write(self, fid: Any, offset: int, data: bytes) -> int:
-        if "call" in fid.aux:
-            raise P9Error("call: already made on this open file; open call again (in use)")
+        d = self.parent
+        if "call" in fid.aux:       # the call made stays the latest: only the log hears
+            self._refuse(P9Error("call: already made on this open file; open call again "
+                                 "(in use)"), latest=False)
         buf = fid.aux.setdefault("argbuf", bytearray())
         buf += data
-        if len(buf) > self.parent.calls.max_args:
+        if len(buf) > d.calls.max_args:
             del fid.aux["argbuf"]
-            raise P9Error(f"invalid args: longer than {self.parent.calls.max_args} bytes: "
-                          "too long")
+            self._refuse(P9Error(f"invalid args: longer than {d.calls.max_args} bytes: too long"))
         try:
             text = buf.decode()
         except UnicodeDecodeError as e:
             if e.reason == "unexpected end of data":   # a character cut between Twrites
                 return len(data)
-            raise P9Error(fit("invalid args: ", "not UTF-8")) from None
+            del fid.aux["argbuf"]
+            self._refuse(P9Error(fit("invalid args: ", "not UTF-8")))
         state, val = json_state(text)
         if state == "incomplete":
             return len(data)
         del fid.aux["argbuf"]
-        d = self.parent
         if state == "invalid":
-            d.calls.latest(d.a)[d.tool] = invalid_call(d.tool, d.a, fit("invalid args: ", val))
-            d.a.note(f"call {d.tool} -> invalid args: {val}")
-            raise P9Error(fit("invalid args: ", val))
+            self._refuse(P9Error(fit("invalid args: ", val)))
         fid.aux["call"] = d.calls.begin(d.a, d.tool, val)
         return len(data)
+
+    def _refuse(self, e: P9Error, latest: bool = True) -> NoReturn:
+        """Fail this Twrite: the latest call of the tool becomes this invalid one (unless
+        `latest` is False) and the log gets the whole reason."""
+        d = self.parent
+        if latest:
+            d.calls.latest(d.a)[d.tool] = invalid_call(d.tool, d.a, e.ename)
+        d.a.note(f"call {d.tool} -> {e.full}")
+        raise e
 
     def truncate(self, fid: Any) -> None:
         fid.aux.pop("argbuf", None)
