@@ -120,3 +120,47 @@ def test_a_second_write_on_a_used_call_fid_is_logged(srv):
         assert last_log_line(c, a).endswith(
             "call echo -> call: already made on this open file; open call again (in use)")
         assert read(c, a + "/tools/echo/status").startswith(b"ok ")   # still that call's
+
+
+def test_echo_of_half_a_value_fails_on_its_write(srv):
+    """Item 5 of issue 21: `echo '{"a": ' > call` returned 0 and the error reached only
+    status and log (9pfuse drops the clunk's error).  A Twrite that ends a line and is
+    shorter than 9pfuse's 4 KiB pieces is a whole write(2): the value cannot continue."""
+    with connect(srv) as c:
+        a = agent(c, "half", "a", "echo")
+        f = next(_fids)
+        c.walk(0, f, a + "/tools/echo/call")
+        c.open(f, OWRITE | 0x10)                      # 9pfuse's open for echo >: OTRUNC
+        want = "invalid args: incomplete JSON at end of line: '{\"a\": \\n' (invalid argument)"
+        with pytest.raises(RemoteError, match=f"^{re.escape(want)}$") as e:
+            c.write(f, b'{"a": \n')
+        assert errno_for(str(e.value)) == errno.EINVAL
+        c.clunk(f)
+        assert read(c, a + "/tools/echo/status").startswith(
+            b"invalid: invalid args: incomplete JSON at end of line")
+        log = full_log(c, a)
+        assert "call echo -> invalid args: incomplete JSON at end of line" in log
+        assert "discarded at close" not in log        # reported once, on the write
+
+
+def test_values_in_several_writes_still_arrive(srv):
+    """The rule leaves alone what can continue: a piece of 4 KiB (9pfuse's largest, so
+    maybe not the last of its write(2)) that ends in a newline, pieces without one, and a
+    value completed on a line's end."""
+    with connect(srv) as c:
+        a = agent(c, "pieces", "a", "echo")
+        value = "{" + " " * 4094 + "\n" + '"a": [1,\n2]}\n'      # 4 KiB first, then a tail
+        f = next(_fids)
+        c.walk(0, f, a + "/tools/echo/call")
+        c.open(f, ORDWR)
+        assert c.write(f, value[:4096].encode()) == 4096
+        assert c.write(f, value[4096:].encode()) == len(value) - 4096
+        assert json.loads(c.read(f)) == {"a": [1, 2]}
+        c.clunk(f)
+        f = next(_fids)
+        c.walk(0, f, a + "/tools/echo/call")
+        c.open(f, ORDWR)
+        for piece in (b'{"b"', b": ", b'"c', b'"}\n'):
+            c.write(f, piece)
+        assert c.read(f) == b'{"b": "c"}'
+        c.clunk(f)

@@ -2,8 +2,12 @@
 
 Everything that can fail does so on the Twrite (9pfuse drops clunk errors):
 a ctl line runs on the write that completes it, and a call's JSON is
-validated and started on the write that completes it.  Every error is in the
-agent's log whole (P9Error.full), the Rerror's cut aside.  A read of `call` on
+validated and started on the write that completes it.  JSON still incomplete
+after a Twrite that ends a line and is shorter than CHUNK_WAIT (a whole
+write(2): 9pfuse sends longer ones in 4 KiB pieces) fails on that Twrite:
+`echo '{"a": ' > call` is an error the shell sees; only a value left
+incomplete without a newline is reported at close, in status and log.  Every
+error is in the agent's log whole (P9Error.full), the Rerror's cut aside.  A read of `call` on
 the fid that wrote waits for the end of that call (a Later the server can
 flush: flushing it kills the run); a fid that wrote nothing reads end of file
 at once, as plan9port's `9p rdwr` needs.  `out` and `err` are the latest
@@ -22,7 +26,8 @@ from .jsonargs import fit, json_state, take_elevated, validate
 from .sessions import Agent
 from .tree import Dir_, FixedDir, Node, Pending, TextFile, snapshot_read, stream_read
 
-CHUNK_WAIT = 4096   # a line this long without a newline may continue in the next Twrite
+CHUNK_WAIT = 4096   # a Twrite this long may be one piece of a longer write(2) (9pfuse's
+                    # pieces are 4 KiB): its line, or its JSON, may continue in the next
 MAX_ARGS = 1 << 20  # bytes of JSON args one call may write (default of --max-args)
 MAX_CTL_LINE = 1 << 16  # bytes of one ctl line
 
@@ -260,7 +265,9 @@ class CallFile(Node):
             self._refuse(P9Error(fit("invalid args: ", "not UTF-8")))
         state, val = json_state(text)
         if state == "incomplete":
-            return len(data)
+            if not (data.endswith(b"\n") and len(data) < CHUNK_WAIT):
+                return len(data)     # more may come; a line ended means the writer is done
+            state, val = "invalid", f"incomplete JSON at end of line: {text[-60:]!r}"
         del fid.aux["argbuf"]
         if state == "invalid":
             self._refuse(P9Error(fit("invalid args: ", val)))
