@@ -202,3 +202,72 @@ def test_interactive_broker_asks_one_at_a_time(h: Harness) -> None:
     finally:
         server.close()
     assert json.dumps(order)
+
+
+def _approve(path: Path, *args: str, **kw: object) -> "subprocess.Popen[str]":
+    """`toolsrv approve --socket PATH ARGS`, once it listens."""
+    proc = subprocess.Popen([sys.executable, "-m", "toolsrv", "approve", "--socket", str(path),
+                             *args], cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            **kw)  # type: ignore[call-overload]
+    assert proc.stderr is not None and "listening" in proc.stderr.readline()
+    return proc
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_approve_removes_its_socket_when_stopped(tmp_path: Path, sig: str) -> None:
+    """Issue 21: `toolsrv approve` left approve.sock behind when stopped."""
+    import signal
+    path = tmp_path / "approve.sock"
+    proc = _approve(path, "--allow", "file_read")
+    try:
+        assert path.exists()
+        proc.send_signal(getattr(signal, sig))
+        assert proc.wait(10) == 0
+        assert not path.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_approve_stopped_while_it_asks_still_exits_and_cleans_up(tmp_path: Path) -> None:
+    """Stopped with a question on the terminal unanswered: it does not wait for the answer,
+    the asker gets a no, and the socket goes."""
+    import signal
+    path = tmp_path / "approve.sock"
+    proc = _approve(path, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        async def ask_then_stop() -> tuple[bool, str]:
+            asking = asyncio.ensure_future(request_approval(str(path), {"tool": "shell"}))
+            loop = asyncio.get_running_loop()
+            assert proc.stdout is not None
+            line = await loop.run_in_executor(None, proc.stdout.readline)
+            assert "elevation request: tool shell" in line
+            proc.send_signal(signal.SIGTERM)
+            return await asking
+        ok, reason = asyncio.run(ask_then_stop())
+        assert not ok and "closed the connection" in reason
+        assert proc.wait(10) == 0
+        assert not path.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_stopping_broker_leaves_a_newer_brokers_socket_alone(tmp_path: Path) -> None:
+    import signal
+    path = tmp_path / "approve.sock"
+    old = _approve(path, "--allow", "a")
+    new = _approve(path, "--allow", "b")             # replaces the socket at that path
+    try:
+        old.send_signal(signal.SIGTERM)
+        assert old.wait(10) == 0
+        assert path.exists()
+        assert asyncio.run(request_approval(str(path), {"tool": "b"}))[0]
+    finally:
+        for p in (old, new):
+            if p.poll() is None:
+                p.terminate()
+                p.wait(10)
+    assert not path.exists()
