@@ -95,10 +95,10 @@ class Unfollowed(Exception):
 
 
 class Module:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, package: str) -> None:
         self.name = os.path.splitext(os.path.basename(path))[0]
         self.tree = ast.parse(open(path).read(), path)
-        self.py = importlib.import_module(f"toolsrv.{self.name}")
+        self.py = importlib.import_module(f"{package}.{self.name}")
         self.parents: dict[ast.AST, ast.AST] = {}
         for node in ast.walk(self.tree):
             for child in ast.iter_child_nodes(node):
@@ -115,9 +115,9 @@ class Module:
 class Scan:
     """The sinks of every module of the package and the templates that reach them."""
 
-    def __init__(self) -> None:
-        self.mods = [Module(os.path.join(PKG, f)) for f in sorted(os.listdir(PKG))
-                     if f.endswith(".py")]
+    def __init__(self, directory: str = PKG, package: str = "toolsrv") -> None:
+        self.mods = [Module(os.path.join(directory, f), package)
+                     for f in sorted(os.listdir(directory)) if f.endswith(".py")]
         self.functions: dict[str, list[tuple[Module, ast.AST]]] = {}
         for m in self.mods:
             for node in ast.walk(m.tree):
@@ -179,7 +179,7 @@ class Scan:
     def _add(self, m: Module, value: ast.expr) -> None:
         where = f"{m.name}.py:{value.lineno}"
         try:
-            for parts in self.evaluate(m, value, top=True):
+            for parts in self.evaluate(m, value):
                 self.templates.append(Template(tuple(parts), where))
         except Unfollowed as e:
             self.unfollowed.append(f"{where}: {e}")
@@ -192,7 +192,7 @@ class Scan:
         except Unfollowed:
             return [[HOLE]]
 
-    def evaluate(self, m: Module, e: ast.expr, top: bool = False) -> list[list]:
+    def evaluate(self, m: Module, e: ast.expr) -> list[list]:
         """The templates e can be (an error passed on, None or "": none)."""
         key = (m.name, id(e))
         if key in self._memo:
@@ -201,12 +201,12 @@ class Scan:
             return []                        # a cycle: what it can be is found elsewhere
         self._seen.add(key)
         try:
-            got = self._memo[key] = self._evaluate(m, e, top)
+            got = self._memo[key] = self._evaluate(m, e)
             return got
         finally:
             self._seen.discard(key)
 
-    def _evaluate(self, m: Module, e: ast.expr, top: bool) -> list[list]:
+    def _evaluate(self, m: Module, e: ast.expr) -> list[list]:
         if isinstance(e, ast.Constant):
             return [[e.value]] if isinstance(e.value, str) and e.value else []
         if isinstance(e, ast.JoinedStr):
@@ -220,13 +220,13 @@ class Scan:
             return [a + b for a in left for b in right]
         if isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Slice) \
                 and e.slice.lower is None:
-            return self.evaluate(m, e.value, top)          # "..."[:120]: the start kept
+            return self.evaluate(m, e.value)          # "..."[:120]: the start kept
         if isinstance(e, ast.IfExp):
-            return self.evaluate(m, e.body, top) + self.evaluate(m, e.orelse, top)
+            return self.evaluate(m, e.body) + self.evaluate(m, e.orelse)
         if isinstance(e, ast.BoolOp):
-            return [t for v in e.values for t in self.evaluate(m, v, top)]
+            return [t for v in e.values for t in self.evaluate(m, v)]
         if isinstance(e, ast.Await):
-            return self.evaluate(m, e.value, top)
+            return self.evaluate(m, e.value)
         if isinstance(e, ast.Attribute):
             if isinstance(e.value, ast.Name) and getattr(m.py, e.value.id, None) is E:
                 return [[getattr(E, e.attr)]]
@@ -265,7 +265,7 @@ class Scan:
                 parts.append([[SUFFIX]])
             return [[Fit(a, b, c)] for a in parts[0] for b in parts[1] for c in parts[2]]
         if name == "P9Error":                 # P9Error(x).ename: what x is
-            return self.evaluate(m, e.args[0], top)
+            return self.evaluate(m, e.args[0])
         found = self.functions.get((name or "").lstrip("_"), [])
         if not found:
             raise Unfollowed(f"call of {ast.unparse(e.func)}")
@@ -362,6 +362,57 @@ def test_the_scan_follows_every_error_it_finds():
               "transport.py", "fs.py", "tree.py", "auth.py", "app.py", "jsonargs.py"):
         assert f in files, f"no error strings found in {f}: the scan lost its way"
     assert SCAN.sinks > 100 and len(SCAN.templates) > 100
+
+
+def _bad(scan: Scan) -> list[str]:
+    return [str(t) for t in scan.templates
+            if errno.ERANGE in (E.errno_for(t.fill("x")),
+                                E.errno_for(E.P9Error(t.fill("x" * 200)).ename))]
+
+
+FAKE = '''\
+from toolsrv.errors import P9Error
+from toolsrv.jsonargs import fit
+
+
+def refusal(x) -> str:
+    """The Rerror string refusing x."""
+    return f"elevation refused: {x}"
+
+
+def a(x):
+    why = f"profile {x} (invalid argument)"
+    raise P9Error(why)
+
+
+def b(x):
+    raise P9Error(fit("profile: ", x))
+
+
+def c(x):
+    raise P9Error(x.render())
+
+
+def d(n):
+    raise P9Error(f"killed by signal {n:d} (input/output error)")
+'''
+
+
+def test_the_scan_finds_what_it_must(tmp_path, monkeypatch):
+    """The scan itself, on a package made for it: a string without a word (returned by a
+    function that says it makes an Rerror), one whose word a long value pushes past
+    ERRMAX (through a local) are found; fit() keeps its suffix, a number is short; what
+    it cannot follow is reported, not skipped."""
+    pkg = tmp_path / "fakepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text(FAKE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    scan = Scan(str(pkg), "fakepkg").run()
+    assert sorted(_bad(scan)) == ["mod.py:12: 'profile {…} (invalid argument)'",
+                                  "mod.py:7: 'elevation refused: {…}'"]
+    assert scan.unfollowed == ["mod.py:20: call of x.render"]
+    assert len(scan.templates) == 4
 
 
 def _ids(ts: list[Template]) -> list[str]:

@@ -6,6 +6,8 @@ import glob
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -295,8 +297,6 @@ class Served:
     """`toolsrv serve ARGS` in env, its banner read (or its exit, when it refuses)."""
 
     def __init__(self, env: dict, *args: str) -> None:
-        import subprocess
-        import sys
         self.p = subprocess.Popen([sys.executable, "-m", "toolsrv", "serve", *args], env=env,
                                   cwd=REPO, stderr=subprocess.PIPE, text=True)
         self.banner = ""
@@ -414,8 +414,6 @@ def test_a_lock_left_by_a_dead_server_blocks_nothing(home):
 
 
 def test_serve_help_shows_the_default_address_and_state_directory(home):
-    import subprocess
-    import sys
     h, env = home
     r = subprocess.run([sys.executable, "-m", "toolsrv", "serve", "-h"], cwd=REPO,
                        env=dict(env, COLUMNS="300"),   # argparse cuts long words to fit

@@ -2,9 +2,9 @@
 listeners, and runs until SIGTERM/SIGINT.
 
 Start-up order: what answering 9P needs, then listeners opened, then what only
-tool calls need.  The state directory locked (statedir.py: a second server on
-it is refused), runner made (its launcher process not started yet), registry
-(initial scan, then watching), session state restored, listeners opened; then
+tool calls need.  Runner made (its launcher process not started yet), registry
+(initial scan, then watching), the state directory locked (statedir.py: a
+second server on it is refused), session state restored, listeners opened; then
 the launcher started (calls arriving meanwhile wait for it), then jsonschema
 imported in a worker thread.  Imports not needed to answer the first request
 are deferred to where they are used (doc/performance.md, Start-up).
@@ -177,18 +177,45 @@ class App:
         return config, config
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:         # a server that does not start holds no state lock
+            self._unlock()
+            raise
+
+    async def _start(self) -> None:
         opts = self.opts
         raise_fd_limit()
         unix_config, tcp_config = self._configs()
-        state = self._lock_state()    # before anything is started: a refusal leaves nothing
-        try:
-            self.runner, tool_uid = self._make_runner()
-            self.registry = self._make_registry()
-            await self.registry.start()
-            await self._start_serving(state, tool_uid, unix_config, tcp_config)
-        except BaseException:
-            self._unlock()
-            raise
+        self.runner, tool_uid = self._make_runner()
+        self.registry = self._make_registry()
+        await self.registry.start()
+        state = self._lock_state()
+        work = self._work_dir(state, tool_uid)
+        self.store = SessionStore(state, work, tool_uid, self._check_profile,
+                                  max_sessions=opts.max_sessions, max_agents=opts.max_agents)
+        for problem in self.store.restore():
+            print(f"toolsrv: {problem}", file=sys.stderr)
+        self.store.start_writer()      # state saves from now on off the event loop, grouped
+        self.fs = ToolsrvFS(self.registry, self.store, revwait_timeout=opts.revwait_timeout)
+        self._start_calls()
+        self.gate = Gate(opts.max_conns, opts.max_conns_per_peer, self._peer_check)
+
+        def factory(config: ServerConfig) -> Any:
+            return lambda: NinePProtocol(self.fs, config, self.conns, self.gate,
+                                         opts.frame_timeout)
+
+        self._factory, self._unix_config = factory, unix_config
+        for i, a in enumerate(self.addrs):
+            f = factory(unix_config if a.kind == "unix" else tcp_config)
+            srv = await listen(a, f, allow_nonloopback=opts.listen_any)
+            self.servers.append(srv)
+            if a.kind == "unix":
+                self.unix_paths.append(a.path)
+            elif a.port == 0 and srv.sockets:       # tcp!host!0: say the port we got
+                self.addrs[i] = dial.Addr("tcp", host=a.host, port=srv.sockets[0].getsockname()[1])
+        if self.lock is not None:                   # the addresses, a port 0 resolved
+            self.lock.update([str(a) for a in self.addrs])
         # Serving already.  Now the launcher (a process of its own: started sooner, it takes
         # a CPU from the start-up on a busy machine); calls arriving meanwhile wait for it
         # in Runner.run.  Then the call validator's library, off the loop, before a call
@@ -214,36 +241,6 @@ class App:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
-
-    async def _start_serving(self, state: str | None, tool_uid: Any, unix_config: ServerConfig,
-                             tcp_config: ServerConfig) -> None:
-        """Sessions restored, the tree made, the listeners opened."""
-        opts = self.opts
-        work = self._work_dir(state, tool_uid)
-        self.store = SessionStore(state, work, tool_uid, self._check_profile,
-                                  max_sessions=opts.max_sessions, max_agents=opts.max_agents)
-        for problem in self.store.restore():
-            print(f"toolsrv: {problem}", file=sys.stderr)
-        self.store.start_writer()      # state saves from now on off the event loop, grouped
-        self.fs = ToolsrvFS(self.registry, self.store, revwait_timeout=opts.revwait_timeout)
-        self._start_calls()
-        self.gate = Gate(opts.max_conns, opts.max_conns_per_peer, self._peer_check)
-
-        def factory(config: ServerConfig) -> Any:
-            return lambda: NinePProtocol(self.fs, config, self.conns, self.gate,
-                                         opts.frame_timeout)
-
-        self._factory, self._unix_config = factory, unix_config
-        for i, a in enumerate(self.addrs):
-            f = factory(unix_config if a.kind == "unix" else tcp_config)
-            srv = await listen(a, f, allow_nonloopback=opts.listen_any)
-            self.servers.append(srv)
-            if a.kind == "unix":
-                self.unix_paths.append(a.path)
-            elif a.port == 0 and srv.sockets:       # tcp!host!0: say the port we got
-                self.addrs[i] = dial.Addr("tcp", host=a.host, port=srv.sockets[0].getsockname()[1])
-        if self.lock is not None:
-            self.lock.update([str(a) for a in self.addrs])
 
     async def internal_connection(self, session: str, agent: str) -> socket.socket:
         """A socket already connected to this server: what a tool under a profile with
