@@ -23,7 +23,7 @@ class P9Error(Exception):
         if full is None:
             full = getattr(ename, "full", None)     # jsonargs.fit's: the text before its cut
         ename = _printable(" ".join(str(ename).split()))  # one line, no control chars
-        self.full = ename if full is None else " ".join(str(full).split())
+        self.full = ename if full is None else _printable(" ".join(str(full).split()))
         if len(ename.encode()) >= ERRMAX:
             ename = ename.encode()[: ERRMAX - 4].decode("utf-8", "ignore") + "..."
         super().__init__(ename)
