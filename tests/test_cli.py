@@ -150,10 +150,13 @@ def test_sigterm_is_graceful(tmp_path):
     p = subprocess.Popen(TOOLSRV + ["serve"], env=env, cwd=REPO, stderr=subprocess.PIPE,
                          text=True)
     try:
-        for line in p.stderr:
-            if "state in " in line:
-                state = line.split("state in ", 1)[1].split(" (kept", 1)[0]
+        banner = ""
+        for line in p.stderr:                 # to the banner's last line
+            banner += line
+            if "agent/me/log" in line:
                 break
+        assert "toolsrv: state in " in banner, banner
+        state = banner.split("toolsrv: state in ", 1)[1].split(" (kept", 1)[0]
         assert run(env, "mkdir", "session/t").returncode == 0
         p.send_signal(signal.SIGTERM)
         assert p.wait(20) == 0
