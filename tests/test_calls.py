@@ -155,7 +155,7 @@ def test_call_errors(srv):
         with pytest.raises(RemoteError, match=r"^invalid args: must be a JSON object"):
             rdwr(c, a + "/tools/typed/call", b"[1]")
         assert read(c, a + "/tools/typed/status").startswith(b"invalid: invalid args: must be")
-        with pytest.raises(RemoteError, match=r"^exit 3: bad things happened \(input/output error\)$"):
+        with pytest.raises(RemoteError, match=r"^exit 3 \(input/output error\): bad things happened$"):
             rdwr(c, a + "/tools/fail/call", b"{}")
         assert read(c, a + "/tools/fail/out") == b"partial\n"
         assert read(c, a + "/tools/fail/err") == b"first problem\nbad things happened\n"

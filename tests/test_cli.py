@@ -146,14 +146,20 @@ def test_sigterm_is_graceful(tmp_path):
     p = subprocess.Popen(TOOLSRV + ["serve"], env=env, cwd=REPO, stderr=subprocess.PIPE,
                          text=True)
     try:
-        for line in p.stderr:
-            if "serving on" in line:
+        banner = ""
+        for line in p.stderr:                 # to the banner's last line
+            banner += line
+            if "agent/me/log" in line:
                 break
+        assert "toolsrv: state in " in banner, banner
+        state = banner.split("toolsrv: state in ", 1)[1].split(" (kept", 1)[0]
         assert run(env, "mkdir", "session/t").returncode == 0
         p.send_signal(signal.SIGTERM)
         assert p.wait(20) == 0
         assert not os.path.exists(os.path.join(home, "ns", "toolsrv"))   # socket removed
-        with open(os.path.join(home, "state", "toolsrv", "state.json")) as f:
+        # NAMESPACE names another address than plan9port's default: a state of its own
+        assert os.path.dirname(state) == os.path.join(home, "state", "toolsrv")
+        with open(os.path.join(state, "state.json")) as f:
             assert '"t"' in f.read()                                       # state saved
     finally:
         if p.poll() is None:

@@ -3,6 +3,7 @@ the reference broker's --allow policy, its socket protocol and its command line.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
 from sandbox_support import LANDLOCK, NO_LANDLOCK, Harness  # noqa: E402
 
 from toolsrv.elevation import Broker, decide_allowed, format_request, request_approval  # noqa: E402
+from toolsrv.errors import errno_for  # noqa: E402
 from toolsrv.runner import RunnerConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,9 +62,12 @@ def test_sandboxed_read_is_denied_to_begin_with(h: Harness) -> None:
 
 
 def test_no_broker_means_denied(h: Harness) -> None:
+    """Issue 14: the refusal had none of 9pfuse's words (the shell saw ERANGE, "Numerical
+    result out of range"); it reads EACCES now, whatever the broker's reason says."""
     res = elevated_read(h, None)
-    assert res.error and res.error.startswith("elevation denied:")  # type: ignore[attr-defined]
-    assert "OLLIE_BYPASS_SOCKET" in res.error  # type: ignore[attr-defined]
+    assert res.error == ("elevation denied (permission denied): no approval broker "  # type: ignore
+                         "configured (OLLIE_BYPASS_SOCKET is unset)")
+    assert errno_for(res.error) == errno.EACCES  # type: ignore[attr-defined]
     assert res.exit_code is None and res.stdout == b""  # type: ignore[attr-defined]
 
 
@@ -71,7 +76,7 @@ def test_operator_says_no(h: Harness) -> None:
     path, server = start_broker(h, Broker(ask=no))
     try:
         res = elevated_read(h, path)
-        assert res.error == "elevation denied: refused by the operator"  # type: ignore
+        assert res.error == "elevation denied (permission denied): refused by the operator"  # type: ignore
         assert res.stdout == b""  # type: ignore[attr-defined]
         assert no.asked == [{"session": "s1", "agent": "a1", "tool": "file_read",
                              "args": {"path": str(h.secret)}, "cwd": str(h.cwd)}]
@@ -94,7 +99,8 @@ def test_allow_list_approves_only_listed_tools(h: Harness) -> None:
         assert elevated_read(h, path).stdout == b"secret\n"  # type: ignore[attr-defined]
         res = h.run(["/bin/true"], elevated=True, env={"OLLIE_BYPASS_SOCKET": path},
                     context={"tool": "shell"})
-        assert res.error == "elevation denied: shell is not in the broker's allow list"
+        assert res.error == ("elevation denied (permission denied): shell is not in the "
+                             "broker's allow list")
     finally:
         server.close()
 
@@ -196,3 +202,72 @@ def test_interactive_broker_asks_one_at_a_time(h: Harness) -> None:
     finally:
         server.close()
     assert json.dumps(order)
+
+
+def _approve(path: Path, *args: str, **kw: object) -> "subprocess.Popen[str]":
+    """`toolsrv approve --socket PATH ARGS`, once it listens."""
+    proc = subprocess.Popen([sys.executable, "-m", "toolsrv", "approve", "--socket", str(path),
+                             *args], cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            **kw)  # type: ignore[call-overload]
+    assert proc.stderr is not None and "listening" in proc.stderr.readline()
+    return proc
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_approve_removes_its_socket_when_stopped(tmp_path: Path, sig: str) -> None:
+    """Issue 21: `toolsrv approve` left approve.sock behind when stopped."""
+    import signal
+    path = tmp_path / "approve.sock"
+    proc = _approve(path, "--allow", "file_read")
+    try:
+        assert path.exists()
+        proc.send_signal(getattr(signal, sig))
+        assert proc.wait(10) == 0
+        assert not path.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_approve_stopped_while_it_asks_still_exits_and_cleans_up(tmp_path: Path) -> None:
+    """Stopped with a question on the terminal unanswered: it does not wait for the answer,
+    the asker gets a no, and the socket goes."""
+    import signal
+    path = tmp_path / "approve.sock"
+    proc = _approve(path, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        async def ask_then_stop() -> tuple[bool, str]:
+            asking = asyncio.ensure_future(request_approval(str(path), {"tool": "shell"}))
+            loop = asyncio.get_running_loop()
+            assert proc.stdout is not None
+            line = await loop.run_in_executor(None, proc.stdout.readline)
+            assert "elevation request: tool shell" in line
+            proc.send_signal(signal.SIGTERM)
+            return await asking
+        ok, reason = asyncio.run(ask_then_stop())
+        assert not ok and "closed the connection" in reason
+        assert proc.wait(10) == 0
+        assert not path.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_stopping_broker_leaves_a_newer_brokers_socket_alone(tmp_path: Path) -> None:
+    import signal
+    path = tmp_path / "approve.sock"
+    old = _approve(path, "--allow", "a")
+    new = _approve(path, "--allow", "b")             # replaces the socket at that path
+    try:
+        old.send_signal(signal.SIGTERM)
+        assert old.wait(10) == 0
+        assert path.exists()
+        assert asyncio.run(request_approval(str(path), {"tool": "b"}))[0]
+    finally:
+        for p in (old, new):
+            if p.poll() is None:
+                p.terminate()
+                p.wait(10)
+    assert not path.exists()

@@ -168,8 +168,8 @@ def test_refuses_without_landlock_unless_best_effort(h: Harness) -> None:
     h.runner.status = LandlockStatus(0, "landlock_create_ruleset: Function not implemented")
     try:
         res = h.run(["/bin/cat", str(h.secret)])
-        assert res.error == ("sandbox: landlock unavailable: landlock_create_ruleset: "
-                             "Function not implemented")
+        assert res.error == ("sandbox: landlock unavailable (not implemented): "
+                             "landlock_create_ruleset: Function not implemented")
         assert res.exit_code is None and res.stdout == b""
         lax = replace(h.default, best_effort=True)
         res = h.run(["/bin/cat", str(h.secret)], profile=lax)

@@ -6,6 +6,8 @@ import glob
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -284,3 +286,140 @@ def test_a_change_undone_after_a_failed_write_never_reaches_the_next_one(tmp_pat
             ["keep"], ["keep", "doomed"], ["keep", "later"]]
         await st.stop_writer()
     asyncio.run(go())
+
+
+# -- one server per state directory (statedir.py), real server processes --
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Served:
+    """`toolsrv serve ARGS` in env, its banner read (or its exit, when it refuses)."""
+
+    def __init__(self, env: dict, *args: str) -> None:
+        self.p = subprocess.Popen([sys.executable, "-m", "toolsrv", "serve", *args], env=env,
+                                  cwd=REPO, stderr=subprocess.PIPE, text=True)
+        self.banner = ""
+        for line in self.p.stderr:
+            self.banner += line
+            if "agent/me/log" in line:        # the banner's last line
+                break
+
+    def ready(self, addr: str) -> None:
+        """A round trip: the server is in App.run(), its SIGTERM handler installed."""
+        with Client.connect(addr) as c:
+            c.read("revision")
+
+    def state(self) -> str:
+        return self.banner.split("toolsrv: state in ", 1)[1].split(" (kept", 1)[0]
+
+    def stop(self, sig: int = 15) -> int:
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        rc = self.p.wait(20)
+        self.p.stderr.close()
+        return rc
+
+
+@pytest.fixture
+def home():
+    """A home, state home and plan9port identity of our own: the default namespace is
+    /tmp/ns.<user>.:77, which no other server uses."""
+    h = tempfile.mkdtemp(prefix="home.", dir="/tmp")
+    user = f"tsrv{os.getpid()}"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OLLIE_TOOLS_PATH", "TOOLSRV_ADDR", "NAMESPACE")}
+    env.update(HOME=h, USER=user, DISPLAY=":77", XDG_STATE_HOME=os.path.join(h, "state"))
+    yield h, env
+    shutil.rmtree(h, ignore_errors=True)
+    shutil.rmtree(f"/tmp/ns.{user}.:77", ignore_errors=True)
+
+
+def test_a_second_server_on_a_state_directory_is_refused_naming_the_first(home):
+    h, env = home
+    state = os.path.join(h, "st")
+    first = Served(env, "-a", f"unix!{h}/a/toolsrv", "--state", state)
+    try:
+        assert first.p.poll() is None, first.banner
+        second = Served(env, "-a", f"unix!{h}/b/toolsrv", "--state", state)
+        assert second.stop() == 1
+        assert second.banner.strip() == (
+            f"toolsrv: state directory {state} is in use by toolsrv pid {first.p.pid} "
+            f"serving unix!{h}/a/toolsrv; give this server its own with --state DIR, or "
+            "keep no state with --no-state")
+        assert not os.path.exists(f"{h}/b/toolsrv")          # it never listened
+        with Client.connect(f"unix!{h}/a/toolsrv") as c:     # the first serves on
+            c.mkdir("session/mine")
+        third = Served(env, "-a", f"unix!{h}/b/toolsrv", "--no-state")
+        assert third.p.poll() is None and "no state kept" in third.banner
+        third.ready(f"unix!{h}/b/toolsrv")
+        assert third.stop() == 0
+    finally:
+        assert first.stop() == 0
+    saved = json.load(open(os.path.join(state, "state.json")))
+    assert [s["name"] for s in saved["sessions"]] == ["mine"]
+
+
+def test_the_default_state_directory_follows_the_address_and_survives_restarts(home):
+    h, env = home
+    top = os.path.join(h, "state", "toolsrv")
+    default = f"unix!/tmp/ns.{env['USER']}.:77/toolsrv"
+    first = Served(env)                                     # plan9port's default address
+    other_env = dict(env, NAMESPACE=os.path.join(h, "ns2"))
+    try:
+        with Client.connect(default) as c:
+            c.mkdir("session/kept")
+        other = Served(other_env)                           # another address, at once
+        try:
+            assert other.p.poll() is None, other.banner
+            with Client.connect(f"unix!{h}/ns2/toolsrv") as c:
+                assert c.ls("session") == []                 # none of the other's sessions
+                c.mkdir("session/theirs")
+            sub = other.state()
+            assert os.path.dirname(sub) == top
+            assert os.path.basename(sub).startswith(f"unix_{h.strip('/').replace('/', '_')}"
+                                                    "_ns2_toolsrv-")
+        finally:
+            assert other.stop() == 0
+        assert first.state() == top
+    finally:
+        assert first.stop() == 0
+    again = Served(env, "-a", default)                      # the same address, spelt out
+    try:
+        assert again.state() == top
+        with Client.connect(default) as c:
+            assert [d.name for d in c.ls("session")] == ["kept"]
+    finally:
+        assert again.stop() == 0
+
+
+def test_a_lock_left_by_a_dead_server_blocks_nothing(home):
+    h, env = home
+    state = os.path.join(h, "st")
+    addr = f"unix!{h}/a/toolsrv"
+    os.makedirs(state)
+    with open(os.path.join(state, "lock"), "w") as f:
+        f.write("999999999 unix!/gone\n")                   # no such process, no flock
+    first = Served(env, "-a", addr, "--state", state)
+    assert first.p.poll() is None, first.banner
+    assert open(os.path.join(state, "lock")).read() == f"{first.p.pid} {addr}\n"
+    assert first.stop(9) == -9                              # killed: no clean-up at all
+    again = Served(env, "-a", addr, "--state", state)
+    try:
+        assert again.p.poll() is None, again.banner
+        again.ready(addr)
+    finally:
+        assert again.stop() == 0
+    assert open(os.path.join(state, "lock")).read() == ""    # released on a clean exit
+
+
+def test_serve_help_shows_the_default_address_and_state_directory(home):
+    h, env = home
+    r = subprocess.run([sys.executable, "-m", "toolsrv", "serve", "-h"], cwd=REPO,
+                       env=dict(env, COLUMNS="300"),   # argparse cuts long words to fit
+                       capture_output=True, text=True, timeout=60)
+    text = " ".join(r.stdout.split())
+    assert r.returncode == 0
+    assert f"default unix!$NAMESPACE/toolsrv, here unix!/tmp/ns.{env['USER']}.:77/toolsrv" in text
+    assert f"default {h}/state/toolsrv; with another first -a, a subdirectory" in text
+    assert "kept across restarts, locked while serving" in text

@@ -177,7 +177,7 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                             "(repeatable): unix!PATH or tcp!HOST!PORT")),
     (("--tools",), dict(help="tool search path, colon-separated (default: $OLLIE_TOOLS_PATH, "
                         "else ~/.config/ollie/tools then the bundled data/tools)")),
-    (("--state",), dict(help="state directory (default $XDG_STATE_HOME/toolsrv)")),
+    (("--state",), dict(metavar="DIR", help="state directory")),
     (("--no-state",), dict(action="store_true", help="keep no state on disk")),
     (("-D",), dict(dest="trace", action="store_true", help="print every 9P message")),
     (("-v",), dict(dest="verbose", action="store_true", help="log more")),
@@ -212,10 +212,26 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
 ]
 
 
+def _serve_help() -> dict[str, str]:
+    """The help of the options whose defaults depend on the environment, filled in here (only
+    -h needs them: parse_serve never builds this parser)."""
+    from .statedir import default_state_dir, state_home
+    addr, state, home = str(dial.default_addr()), default_state_dir(), state_home()
+    where = (f"default {home}; with another first -a, a subdirectory of it named for that "
+             "address" if state == home else
+             f"default here {state}, named for {addr}; {home} for plan9port's default address")
+    return {"--addr": f"; default unix!$NAMESPACE/toolsrv, here {addr}",
+            "--state": f" ({where}; kept across restarts, locked while serving)"}
+
+
 def _serve_parser(s: argparse.ArgumentParser) -> None:
     lim = s.add_argument_group(_LIMITS)
+    extra = _serve_help()
     for flags, kw in SERVE_OPTIONS:
         kw = dict(kw)
+        more = next((extra[f] for f in flags if f in extra), "")
+        if more:
+            kw["help"] = (kw["help"] + more).replace("%", "%%")
         (lim if kw.pop("group", None) else s).add_argument(*flags, **kw)
 
 

@@ -3,12 +3,14 @@ listeners, and runs until SIGTERM/SIGINT.
 
 Start-up order: what answering 9P needs, then listeners opened, then what only
 tool calls need.  Runner made (its launcher process not started yet), registry
-(initial scan, then watching), session state restored, listeners opened; then
+(initial scan, then watching), the state directory locked (statedir.py: a
+second server on it is refused), session state restored, listeners opened; then
 the launcher started (calls arriving meanwhile wait for it), then jsonschema
 imported in a worker thread.  Imports not needed to answer the first request
 are deferred to where they are used (doc/performance.md, Start-up).
 Shutdown is graceful: stop accepting, hang up connections (their calls are
-cancelled), kill every run, save state, remove the Unix socket, exit 0.
+cancelled), kill every run, save state, release the state lock, remove the Unix
+socket, exit 0.
 
 Where things are kept (trusted.py proves each directory ours before serving, or
 the server refuses to start and says what is wrong): the state directory; the
@@ -96,11 +98,6 @@ def _warm_imports() -> None:
     import jsonschema.validators  # noqa: F401  (jsonargs imports it lazily)
 
 
-def default_state_dir() -> str:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return os.path.join(base, "toolsrv")
-
-
 def default_tools_path() -> list[str]:
     """$OLLIE_TOOLS_PATH, else the user's tools followed by the bundled ones."""
     env = os.environ.get("OLLIE_TOOLS_PATH")
@@ -152,6 +149,7 @@ class App:
         self.calls: Any = None
         self.nostate: ServerDir | None = None   # the work base's nostate/ (_work_dir)
         self._sweeping: asyncio.Future[None] | None = None
+        self.lock: Any = None         # statedir.StateLock, held while serving with state
 
     def _make_registry(self) -> Any:
         from .registry import Registry
@@ -189,12 +187,20 @@ class App:
         return config, config
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:         # a server that does not start holds no state lock
+            self._unlock()
+            raise
+
+    async def _start(self) -> None:
         opts = self.opts
         raise_fd_limit()
         unix_config, tcp_config = self._configs()
         self.runner, tool_uid = self._make_runner()
-        state = (opts.state_dir or default_state_dir()) if opts.persist else None
-        work = self._work_dir(state, tool_uid)
+        state = self._state_dir()
+        work = self._work_dir(state, tool_uid)   # proves the state directory ours, too
+        self._lock_state(state)
         if self.runner is not None:
             self.runner.check()         # its scratch base, proved ours like the others
         self.registry = self._make_registry()
@@ -221,6 +227,8 @@ class App:
                 self.unix_paths.append(a.path)
             elif a.port == 0 and srv.sockets:       # tcp!host!0: say the port we got
                 self.addrs[i] = dial.Addr("tcp", host=a.host, port=srv.sockets[0].getsockname()[1])
+        if self.lock is not None:                   # the addresses, a port 0 resolved
+            self.lock.update([str(a) for a in self.addrs])
         # Serving already.  Now the launcher (a process of its own: started sooner, it takes
         # a CPU from the start-up on a busy machine); calls arriving meanwhile wait for it
         # in Runner.run.  Then the call validator's library, off the loop, before a call
@@ -232,6 +240,29 @@ class App:
         loop.run_in_executor(None, _warm_imports)
         if self.nostate is not None:
             self._sweeping = loop.run_in_executor(None, self._sweep, self.nostate)
+
+    def _state_dir(self) -> str | None:
+        """The state directory (None with --no-state): --state, else one named for the
+        first address (statedir.py)."""
+        if not self.opts.persist:
+            return None
+        from .statedir import default_state_dir
+        return self.opts.state_dir or default_state_dir(self.addrs[0])
+
+    def _lock_state(self, state: str | None) -> None:
+        """Lock the state directory for this server: a second server on it is refused
+        with the holder's pid and address (statedir.py)."""
+        if state is None:
+            return
+        from .statedir import StateLock
+        lock = StateLock(state)
+        lock.acquire([str(a) for a in self.addrs])
+        self.lock = lock
+
+    def _unlock(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     async def internal_connection(self, session: str, agent: str) -> socket.socket:
         """A socket already connected to this server: what a tool under a profile with
@@ -322,6 +353,7 @@ class App:
         await self.registry.close()
         await self.store.stop_writer()
         self.store.save()
+        self._unlock()
         if self._sweeping is not None:   # its thread uses nostate's fd: not closed under it
             await asyncio.wait({self._sweeping}, timeout=10)
         if self.nostate is not None and (self._sweeping is None or self._sweeping.done()):

@@ -27,7 +27,10 @@ def banner(app: Any) -> str:
     def cmd(verb: str, rest: str) -> str:     # -a is the verb's option: it follows the verb
         return f"{prog} {verb}{a} {rest}"
     errors = [ln for ln in reg.errors_text().splitlines() if ln]
+    state = getattr(getattr(app, "store", None), "state_dir", None)
     lines = [f"toolsrv: serving on {', '.join(str(x) for x in app.addrs)}",
+             f"toolsrv: state in {state} (kept across restarts)" if state else
+             "toolsrv: no state kept (--no-state)",
              f"toolsrv: {len(reg.tools)} tools loaded from {':'.join(getattr(reg, 'dirs', []))}",
              f"toolsrv: {len(errors)} in tools/errors"
              + (f" (see: {cmd('read', 'tools/errors')})" if errors else "")]

@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable
 
 from . import errors as E
-from .errors import P9Error
+from .errors import P9Error, defuse
 from .jsonargs import fit
 from .record import Plain
 from .runner import RunRequest
@@ -40,13 +40,14 @@ MiB = 1 << 20
 
 class Call(Plain):
     FIELDS = ("tool", "agent", "args", "elevated", "state", "result", "reason", "started",
-              "duration", "done", "kill", "task", "stdin")
+              "duration", "done", "kill", "task", "stdin", "detail")
 
     def __init__(self, tool: str, agent: Agent, args: dict, elevated: bool,
                  state: str = "queued", result: Any = None, reason: str | None = None,
                  started: float | None = None, duration: float = 0.0,
                  done: asyncio.Event | None = None, kill: asyncio.Event | None = None,
-                 task: asyncio.Task | None = None, stdin: bytes | None = None) -> None:
+                 task: asyncio.Task | None = None, stdin: bytes | None = None,
+                 detail: str | None = None) -> None:
         self.tool = tool
         self.agent = agent
         self.args = args
@@ -60,6 +61,7 @@ class Call(Plain):
         self.kill = asyncio.Event() if kill is None else kill   # set: end the run, keep output
         self.task = task
         self.stdin = stdin      # the args as the tool reads them; None: made from args
+        self.detail = detail    # the whole reason, for the log, when the Rerror cuts it
         self.waiters: list[Callable[[], None]] = []   # called once the call has ended
 
     @property
@@ -117,12 +119,16 @@ def outcome(call: Call) -> None:
     elif r.exit_code == 0:
         call.state, call.reason = "ok", None
     elif r.exit_code is not None:
+        # toolsrv's words decide the errno (EIO): the tool's own, after them, are defused,
+        # or a tool's "no such file" would reach the shell as ENOENT (errors.defuse)
         call.state = "exit"
-        why = last_line(r.stderr) or last_line(r.stdout) or "no output"
-        call.reason = fit(f"exit {r.exit_code}: ", why, " (input/output error)")
+        why = last_line(r.stderr) or last_line(r.stdout)
+        head = f"exit {r.exit_code:d} (input/output error)"
+        call.reason = f"{head}: {defuse(why)}" if why else head
+        call.detail = f"{head}: {why}" if why else head
     else:
         call.state = "killed"
-        call.reason = f"killed by signal {r.signal} (input/output error)"
+        call.reason = f"killed by signal {r.signal or 0:d} (input/output error)"
 
 
 def _size(r: Any) -> str:
@@ -165,10 +171,11 @@ class Scheduler:
             if call.result is None:
                 call.state, call.reason = "killed", E.ECANCELLED
         except P9Error as e:      # refused before the run: a bad profile, say
-            call.state, call.reason = "refused", e.ename
+            call.state, call.reason, call.detail = "refused", e.ename, e.full
         except Exception as e:
             log.exception("call of %s failed", call.tool)
-            call.state, call.reason = "refused", fit("input/output error: ", str(e), "")
+            why = fit("input/output error: ", str(e), "")
+            call.state, call.reason, call.detail = "refused", why, why.full
         finally:
             self._end(call)
 
@@ -187,9 +194,12 @@ class Scheduler:
                 fn()
             except Exception:
                 log.exception("a reader of the call of %s failed", call.tool)
-        call.agent.note(f"call {call.tool} -> {call.status_line().strip()}"
-                        + (f": {call.reason}" if call.reason and call.state not in
-                           ("invalid", "refused") else ""))
+        line = call.status_line().strip()
+        if call.detail and call.state == "refused":      # the whole reason, not the cut
+            line = line.replace(call.reason or "", call.detail, 1)
+        elif call.reason and call.state != "invalid":
+            line += f": {call.detail or call.reason}"
+        call.agent.note(f"call {call.tool} -> {line}")
 
     async def _slot_run(self, call: Call, tool: Any, profile_name: str) -> None:
         async with self.slots:

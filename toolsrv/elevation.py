@@ -10,12 +10,16 @@
 # The reference broker (`toolsrv approve [--allow TOOL …] [--socket PATH]`) serves that
 # socket: with --allow it approves exactly the listed tools and refuses the rest without
 # asking; without it, it prints each request and asks y/N on the terminal, one at a time.
+# SIGTERM, SIGHUP and SIGINT stop it, and it removes its socket (if still its own) on the
+# way out, a question left unanswered included.
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 
 MAX_LINE = 1 << 20
@@ -118,12 +122,34 @@ class Broker:
 
 
 async def ask_terminal(request: dict) -> bool:
-    """Print the request and read y/N from the terminal (in a thread: input() blocks)."""
+    """Print the request and read y/N from the terminal, in a daemon thread (input()
+    blocks, and a broker stopped while it waits must not wait for it to return)."""
     print(format_request(request), flush=True)
-    try:
-        answer = await asyncio.to_thread(input, "approve? [y/N] ")
-    except EOFError:
-        return False
+    loop = asyncio.get_running_loop()
+    answered: asyncio.Future[str] = loop.create_future()
+
+    def give(answer: str) -> None:
+        if not answered.done():
+            answered.set_result(answer)
+
+    def read() -> None:     # os.read, not input(): no lock of sys.stdin held at exit
+        print("approve? [y/N] ", end="", flush=True)
+        line = b""
+        try:
+            while not line.endswith(b"\n"):
+                c = os.read(sys.stdin.fileno(), 1)
+                if not c:
+                    break
+                line += c
+        except (OSError, ValueError):
+            pass
+        answer = line.decode(errors="replace")
+        try:
+            loop.call_soon_threadsafe(give, answer)
+        except RuntimeError:      # the broker stopped meanwhile
+            pass
+    threading.Thread(target=read, name="approve-prompt", daemon=True).start()
+    answer = await answered
     return answer.strip().lower() in ("y", "yes")
 
 
@@ -157,20 +183,34 @@ def approve_main(argv: list[str]) -> int:
         return 1
     broker = Broker(frozenset(opts.allow) if opts.allow else None)
 
+    ours: list[int] = []                  # the inode of the socket we made
+
     async def main() -> None:
         server = await broker.serve(path)
+        ours.append(os.stat(path).st_ino)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
         print(f"approval broker listening; start the server with OLLIE_BYPASS_SOCKET={path}",
               file=sys.stderr, flush=True)
-        async with server:
-            await server.serve_forever()
+        await stop.wait()
+        _remove_socket(path, ours)     # first: nothing below may keep it there
+        server.close()                 # not wait_closed: a question may be pending
 
     try:
         asyncio.run(main())
     except KeyboardInterrupt:
         return 0
     finally:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        _remove_socket(path, ours)
     return 0
+
+
+def _remove_socket(path: str, ours: list[int]) -> None:
+    """Unlink path if it is still the socket we made (not one a later broker put there)."""
+    try:
+        if ours and os.stat(path).st_ino == ours[0]:
+            os.unlink(path)
+    except OSError:
+        pass

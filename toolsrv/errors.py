@@ -10,21 +10,31 @@ Strings stay under 128 bytes (ERRMAX): `P9Error` truncates longer ones.
 from __future__ import annotations
 
 import errno as E
+import re
 
 ERRMAX = 128
 
 
 class P9Error(Exception):
-    """A request failed; `ename` is the Plan 9 error string sent in Rerror."""
+    """A request failed; `ename` is the Plan 9 error string sent in Rerror, cut to
+    ERRMAX; `full` is the whole text, for the agent's log (default: ename uncut)."""
 
-    def __init__(self, ename: str) -> None:
-        ename = " ".join(str(ename).split())  # one line, no control chars
-        if not ename.isprintable():   # NUL cannot be sent at all (a 9P string holds none)
-            ename = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in ename)
+    def __init__(self, ename: str, full: str | None = None) -> None:
+        if full is None:
+            full = getattr(ename, "full", None)     # jsonargs.fit's: the text before its cut
+        ename = _printable(" ".join(str(ename).split()))  # one line, no control chars
+        self.full = ename if full is None else _printable(" ".join(str(full).split()))
         if len(ename.encode()) >= ERRMAX:
             ename = ename.encode()[: ERRMAX - 4].decode("utf-8", "ignore") + "..."
         super().__init__(ename)
         self.ename = ename
+
+
+def _printable(s: str) -> str:
+    """NUL cannot be sent at all (a 9P string holds none): control characters written out."""
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in s)
 
 
 # -- the declared strings (lib9p's where they map well, reworded where not) --
@@ -77,6 +87,29 @@ _ERRTAB = [
     ("illegal", E.EINVAL), ("invalid", E.EINVAL), ("read-only", E.EROFS),
     ("read only", E.EROFS), ("stale ", E.ESTALE), ("proto", E.EPROTO), ("entry", E.ENOENT),
 ]
+
+
+# The table's words that come before "input/output": one of them anywhere in a string
+# decides its errno before toolsrv's own "(input/output error)" can (the first entry of
+# the table that matches wins, wherever in the string it stands).
+_BEFORE_EIO = sorted({t for t, _ in _ERRTAB[:[t for t, _ in _ERRTAB].index("input/output")]},
+                     key=len, reverse=True)
+_BEFORE_EIO_RE = re.compile("|".join(re.escape(t) for t in _BEFORE_EIO), re.IGNORECASE)
+_SYLLABLE = {"permitted": 3, "permission": 3, "access": 2, "exists": 2, "exist": 2}
+
+
+def defuse(text: str) -> str:
+    """`text` (words toolsrv passes on: a tool's stderr) with each of 9pfuse's words that
+    would outrank "input/output" hyphenated, so that the errno stays toolsrv's: "no such"
+    -> "no-such", "not found" -> "not-found", "Permission" -> "Per-mission", "exists" ->
+    "ex-ists", "access" -> "ac-cess".  The log keeps the words as they were."""
+    def hyphen(m: re.Match[str]) -> str:
+        w = m.group(0)
+        if " " in w:
+            return w.replace(" ", "-", 1)
+        cut = _SYLLABLE.get(w.lower(), len(w) // 2)
+        return f"{w[:cut]}-{w[cut:]}"
+    return _BEFORE_EIO_RE.sub(hyphen, text)
 
 
 def errno_for(ename: str) -> int:

@@ -23,13 +23,22 @@ _validators: dict[int, tuple[Any, Any]] = {}
 SUFFIX = " (invalid argument)"
 
 
-def fit(prefix: str, detail: str, suffix: str = SUFFIX) -> str:
+class Fitted(str):
+    """What fit() gives: the text cut to fit, with the whole of it in `full` (which a
+    P9Error made of it keeps for the agent's log)."""
+    full: str
+
+
+def fit(prefix: str, detail: str, suffix: str = SUFFIX) -> Fitted:
     """prefix + detail + suffix, with detail cut so the whole fits in ERRMAX."""
     detail = " ".join(detail.split())
+    whole = prefix + detail + suffix
     room = ERRMAX - 1 - len(prefix.encode()) - len(suffix.encode())
     if len(detail.encode()) > room:
         detail = detail.encode()[: max(room - 3, 0)].decode("utf-8", "ignore") + "..."
-    return prefix + detail + suffix
+    out = Fitted(prefix + detail + suffix)
+    out.full = whole
+    return out
 
 
 def json_state(text: str) -> tuple[str, Any]:

@@ -204,7 +204,8 @@ class Runner:
         try:
             tmpdir = await self.scratch.take()
         except OSError as e:
-            res.error, res.duration = f"sandbox: temporary directory: {e}", time.monotonic() - t0
+            res.error = f"sandbox: temporary directory (input/output error): {e}"
+            res.duration = time.monotonic() - t0
             return res
         if req.kill is not None and req.kill.is_set():   # stopped before it could start
             self.scratch.release(tmpdir)
@@ -216,7 +217,8 @@ class Runner:
                                          req.extra_fds)
         except (OSError, LauncherDied, ValueError) as e:
             self.scratch.release(tmpdir)
-            res.error, res.duration = f"sandbox: launch failed: {e}", time.monotonic() - t0
+            res.error = f"sandbox: launch failed (input/output error): {e}"
+            res.duration = time.monotonic() - t0
             return res
         try:
             await self._pump(handle, req.stdin, t0 + timeout, res, req.kill)
@@ -236,10 +238,10 @@ class Runner:
                    "tool": req.context.get("tool"), "args": req.context.get("args"),
                    "cwd": req.cwd}
             ok, reason = await request_approval(sock, ask, self.config.approval_timeout)
-            return None if ok else f"elevation denied: {reason}"
+            return None if ok else f"elevation denied (permission denied): {reason}"
         missing = missing_parts(req.profile, self.status, self.launcher.netns)
         if missing and not req.profile.best_effort:
-            return f"sandbox: landlock unavailable: {'; '.join(missing)}"
+            return f"sandbox: landlock unavailable (not implemented): {'; '.join(missing)}"
         return None
 
     def _spawn_message(self, req: RunRequest, policy: Policy, tmpdir: str,
@@ -284,14 +286,14 @@ class Runner:
         res.truncated = "stdout" if out.overflow else "stderr" if err.overflow else None
         res.cancelled = handle.killed and not res.timed_out and not res.truncated
         if not handle.exited.done():
-            res.error = "sandbox: launcher lost the run"
+            res.error = "sandbox: launcher lost the run (input/output error)"
             return
         status, error = handle.exited.result()
         if status is not None:
             code = os.waitstatus_to_exitcode(status)
             res.exit_code, res.signal = (code, None) if code >= 0 else (None, -code)
         if error and not res.error:
-            res.error = f"sandbox: launch failed: {error}"
+            res.error = f"sandbox: launch failed (input/output error): {error}"
 
     async def _wait_end(self, handle: LaunchHandle, out: Collector, err: Collector,
                         deadline: float, res: RunResult,

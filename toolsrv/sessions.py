@@ -45,6 +45,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 from . import errors as E
 from . import trusted
 from .errors import P9Error
+from .jsonargs import fit
 from .names import valid_name
 from .record import Plain
 
@@ -281,7 +282,7 @@ class SessionStore:
             try:
                 self.check_profile(name)
             except Exception as e:   # the profile's own error names what is wrong
-                raise P9Error(f"sandbox: {e} (invalid argument)") from None
+                raise P9Error(fit("sandbox: ", str(e))) from None   # the word kept whole
         old, s.sandbox = s.sandbox, name
 
         def undo() -> None:

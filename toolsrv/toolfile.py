@@ -2,7 +2,12 @@
 
 Everything that can fail does so on the Twrite (9pfuse drops clunk errors):
 a ctl line runs on the write that completes it, and a call's JSON is
-validated and started on the write that completes it.  A read of `call` on
+validated and started on the write that completes it.  JSON still incomplete
+after a Twrite that ends a line and is shorter than CHUNK_WAIT (a whole
+write(2): 9pfuse sends longer ones in 4 KiB pieces) fails on that Twrite:
+`echo '{"a": ' > call` is an error the shell sees; only a value left
+incomplete without a newline is reported at close, in status and log.  Every
+error is in the agent's log whole (P9Error.full), the Rerror's cut aside.  A read of `call` on
 the fid that wrote waits for the end of that call (a Later the server can
 flush: flushing it kills the run); a fid that wrote nothing reads end of file
 at once, as plan9port's `9p rdwr` needs.  Reads of ctl and call slice a
@@ -14,7 +19,7 @@ never waits.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 from . import ctl
 from .calls import Call, Scheduler, invalid_call
@@ -24,7 +29,8 @@ from .jsonargs import fit, json_state, take_elevated, validate
 from .sessions import Agent
 from .tree import Dir_, FixedDir, Node, Pending, TextFile, answer_read, answered, snapshot_read
 
-CHUNK_WAIT = 4096   # a line this long without a newline may continue in the next Twrite
+CHUNK_WAIT = 4096   # a Twrite this long may be one piece of a longer write(2) (9pfuse's
+                    # pieces are 4 KiB): its line, or its JSON, may continue in the next
 MAX_ARGS = 1 << 20  # bytes of JSON args one call may write (default of --max-args)
 MAX_CTL_LINE = 1 << 16  # bytes of one ctl line
 
@@ -98,7 +104,7 @@ class Calls:
                 loaded = (loaded | set(names) if verb == "tool_load" else
                           loaded - set(names) if verb == "tool_unload" else loaded)
         except P9Error as e:
-            a.note(f"ctl {text.strip()!r} -> error: {e.ename}")
+            a.note(f"ctl {text.strip()!r} -> error: {e.full}")
             raise
         for verb, names in cmds:
             if verb == "tool_load":
@@ -126,7 +132,7 @@ class Calls:
             validate(tool, args)
         except P9Error as e:
             self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
-            a.note(f"call {tool_name} {_short(args)} -> {e.ename}")
+            a.note(f"call {tool_name} {_short(args)} -> {e.full}")
             raise
         text = _to_json(args)       # the log line's, and the tool's stdin
         c = Call(tool_name, a, args, elevated)
@@ -180,14 +186,18 @@ class CtlFile(Node):
             fid.aux["ctlbuf"], buf = buf[cut:], buf[:cut]
             if len(fid.aux["ctlbuf"]) > MAX_CTL_LINE:
                 del fid.aux["ctlbuf"]
-                raise P9Error(f"ctl: line longer than {MAX_CTL_LINE} bytes: too long")
+                self._refuse(P9Error(f"ctl: line longer than {MAX_CTL_LINE} bytes: too long"))
         try:
             text = buf.decode()
         except UnicodeDecodeError:
-            raise P9Error("ctl: illegal UTF-8") from None
+            self._refuse(P9Error("ctl: illegal UTF-8"))
         saved = self.calls.apply(self.a, text) if text.strip() else None   # or raise
         answered(fid, offset + len(data))        # applied: the next read answers afresh
         return after_save(saved, lambda _: len(data))
+
+    def _refuse(self, e: P9Error) -> NoReturn:
+        self.a.note(f"ctl -> error: {e.full}")
+        raise e
 
     def truncate(self, fid: Any) -> None:
         fid.aux.pop("ctlbuf", None)
@@ -245,31 +255,41 @@ class CallFile(Node):
         return n
 
     def _take(self, fid: Any, data: bytes) -> int:
-        if "call" in fid.aux:
-            raise P9Error("call: already made on this open file; open call again (in use)")
+        d = self.parent
+        if "call" in fid.aux:       # the call made stays the latest: only the log hears
+            self._refuse(P9Error("call: already made on this open file; open call again "
+                                 "(in use)"), latest=False)
         buf = fid.aux.setdefault("argbuf", bytearray())
         buf += data
-        if len(buf) > self.parent.calls.max_args:
+        if len(buf) > d.calls.max_args:
             del fid.aux["argbuf"]
-            raise P9Error(f"invalid args: longer than {self.parent.calls.max_args} bytes: "
-                          "too long")
+            self._refuse(P9Error(f"invalid args: longer than {d.calls.max_args} bytes: too long"))
         try:
             text = buf.decode()
         except UnicodeDecodeError as e:
             if e.reason == "unexpected end of data":   # a character cut between Twrites
                 return len(data)
-            raise P9Error(fit("invalid args: ", "not UTF-8")) from None
+            del fid.aux["argbuf"]
+            self._refuse(P9Error(fit("invalid args: ", "not UTF-8")))
         state, val = json_state(text)
         if state == "incomplete":
-            return len(data)
+            if not (data.endswith(b"\n") and len(data) < CHUNK_WAIT):
+                return len(data)     # more may come; a line ended means the writer is done
+            state, val = "invalid", f"incomplete JSON at end of line: {text[-60:]!r}"
         del fid.aux["argbuf"]
-        d = self.parent
         if state == "invalid":
-            d.calls.latest(d.a)[d.tool] = invalid_call(d.tool, d.a, fit("invalid args: ", val))
-            d.a.note(f"call {d.tool} -> invalid args: {val}")
-            raise P9Error(fit("invalid args: ", val))
+            self._refuse(P9Error(fit("invalid args: ", val)))
         fid.aux["call"] = d.calls.begin(d.a, d.tool, val)
         return len(data)
+
+    def _refuse(self, e: P9Error, latest: bool = True) -> NoReturn:
+        """Fail this Twrite: the latest call of the tool becomes this invalid one (unless
+        `latest` is False) and the log gets the whole reason."""
+        d = self.parent
+        if latest:
+            d.calls.latest(d.a)[d.tool] = invalid_call(d.tool, d.a, e.ename)
+        d.a.note(f"call {d.tool} -> {e.full}")
+        raise e
 
     def truncate(self, fid: Any) -> None:
         fid.aux.pop("argbuf", None)
