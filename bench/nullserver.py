@@ -26,6 +26,9 @@ class NullRunner:
     async def close(self) -> None:
         return None
 
+    def check(self) -> None:
+        return None
+
     def tool_uid(self) -> None:
         return None
 
