@@ -20,7 +20,7 @@ if __package__ in (None, ""):
 
 from proto import IOHDRSZ, OREAD, Tclunk, Topen, Tread, Twalk  # noqa: E402
 
-from toolsrv.client import Client  # noqa: E402
+from toolsrv.cli.client import Client  # noqa: E402
 
 from .baselines import EchoProcess  # noqa: E402
 from .common import ToolsrvProcess, finish, make_tools_dir, parser, rate, row  # noqa: E402

@@ -1,7 +1,7 @@
 """Tool calls through `call`: toolsrv's own cost, the sandboxed sh echo, concurrent agents.
 
 An agent's call is an rdwr on session/S/agent/A/tools/echo/call pipelined the way
-toolsrv.client (and so the client_9p tool) pipelines it: Twalk, Topen ORDWR, Twrite of ~100 B
+toolsrv.cli.client (and so the client_9p tool) pipelines it: Twalk, Topen ORDWR, Twrite of ~100 B
 of JSON args and Tread of the result in one write, then Tclunk: two round trips.  (Client.rdwr
 sends its Tclunk without waiting for the reply, so its caller has the result a round trip
 sooner; the bench waits, so the server's work on the clunk stays inside the call it belongs
@@ -44,7 +44,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     __package__ = "bench"
 
-from toolsrv.client import Client  # noqa: E402
+from toolsrv.cli.client import Client  # noqa: E402
 
 from .baselines import EchoProcess, spawn_echo  # noqa: E402
 from .common import (  # noqa: E402
@@ -144,8 +144,8 @@ class Direct:
     """Sandboxed spawns of the tool through toolsrv's Runner, in this process."""
 
     async def start(self, tools: str) -> "Direct":
-        from toolsrv.runner import Runner, RunRequest
-        from toolsrv.sandbox import load_profile
+        from toolsrv.run.runner import Runner, RunRequest
+        from toolsrv.run.sandbox import load_profile
         self.runner = Runner()
         await self.runner.start()
         self.cwd = tempfile.mkdtemp(prefix="bench-cwd.", dir="/tmp")

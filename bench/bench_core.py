@@ -66,8 +66,8 @@ async def start_app(tools: str) -> Any:
 
 
 def connect(app: Any) -> tuple[Any, FakeTransport]:
-    from toolsrv.server import ServerConfig
-    from toolsrv.transport import NinePProtocol
+    from toolsrv.serve.server import ServerConfig
+    from toolsrv.serve.transport import NinePProtocol
     p = NinePProtocol(app.fs, ServerConfig(), set())
     t = FakeTransport()
     p.connection_made(t)

@@ -36,8 +36,8 @@ from bench.baselines import spawn_echo  # noqa: E402
 from bench.bench_call import window  # noqa: E402
 from bench.common import (PAYLOAD, children, finish, lat, make_tools_dir, one,  # noqa: E402
                           parser, rate, row)
-from toolsrv.runner import Runner, RunRequest  # noqa: E402
-from toolsrv.sandbox import load_profile  # noqa: E402
+from toolsrv.run.runner import Runner, RunRequest  # noqa: E402
+from toolsrv.run.sandbox import load_profile  # noqa: E402
 
 B = "launch"
 PIPE = asyncio.subprocess.PIPE

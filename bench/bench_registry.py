@@ -36,8 +36,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     __package__ = "bench"
 
-from toolsrv.registry import Registry  # noqa: E402
-from toolsrv.watch import DirWatcher  # noqa: E402
+from toolsrv.registry.registry import Registry  # noqa: E402
+from toolsrv.registry.watch import DirWatcher  # noqa: E402
 
 from .common import finish, lat, one, parser, row  # noqa: E402
 
@@ -200,7 +200,7 @@ async def wait_rows(d: str, n: int, samples: int) -> list[dict]:
 
 
 def r_quiet() -> str:
-    from toolsrv.watch import Batcher
+    from toolsrv.registry.watch import Batcher
     return f"{Batcher(lambda h: None).quiet * 1000:g}"
 
 

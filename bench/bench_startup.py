@@ -38,7 +38,7 @@ if __package__ in (None, ""):
 
 from proto import OREAD, Topen, Tread, Twalk  # noqa: E402
 
-from toolsrv.client import Client  # noqa: E402
+from toolsrv.cli.client import Client  # noqa: E402
 
 from .common import (  # noqa: E402
     HAVE_UVLOOP, NO_UVLOOP, PAYLOAD, PY, REPO, ToolsrvProcess, children, finish, lat,

@@ -15,7 +15,7 @@ Reported: calls per second over the whole run, and those figures.
     python -m bench.load_calls [--conns 64] [--calls 1000] [--runs 2] [--json FILE]
 
 The long run of issue 8 is the default (64 x 1000, twice: 128,000 tool processes); the
-default test suite runs a short one (tests/test_load.py), `make test-slow` the long one.
+default test suite runs a short one (tests/serve/test_load.py), `make test-slow` the long one.
 """
 from __future__ import annotations
 

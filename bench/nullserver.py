@@ -12,9 +12,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from toolsrv import __main__ as cli
+from toolsrv.cli import command as cli
 from toolsrv import app as appmod
-from toolsrv.runner import RunResult
+from toolsrv.run.runner import RunResult
 
 
 class NullRunner:

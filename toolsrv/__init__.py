@@ -1,2 +1,23 @@
-"""toolsrv: a 9P2000 file server that exposes a registry of tools as files."""
+"""toolsrv: a 9P2000 file server that exposes a registry of tools as files.
+
+The package's folders are its parts (doc/architecture.md), and imports run one way, from
+the top of this list down, never up (tests/test_layout.py checks it):
+
+    cli/       the `toolsrv` command: its verbs, the 9P client, mount, the banner
+    app.py     the wiring: one server process, from Options to listeners and shutdown
+    serve/     where a 9P request enters: sockets, dial strings, fids, tags, flush, auth,
+               the one respond path
+    tree/      the synthetic namespace, generated on demand: nodes, the root and sessions'
+               files, an agent's ctl and call files, the session store, scheduled calls
+    registry/  tools on disk: .meta files, variants, command resolution, watching
+    run/       one tool call run confined, bounded and killable: runner, launcher, zygote,
+               inits, sandbox profiles, Landlock, seccomp, cgroups, idmaps, elevation
+    dirs/      the directories the server keeps things in, proved ours and locked
+    errors.py, record.py    the error strings, the record base classes: used by all
+
+run/ and registry/ stand side by side and import nothing of each other; proto/ (the codec,
+beside this package) imports nothing of toolsrv.  Every folder's __init__ is a comment and
+imports nothing, so importing one module of a part costs that module alone: the launcher's
+zygote (run/zygote.py) starts from a bare interpreter and must stay small.
+"""
 __version__ = "0.1.0"

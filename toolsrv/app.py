@@ -37,13 +37,14 @@ import socket
 import sys
 from typing import Any
 
-from . import dial, trusted
-from .fs import ToolsrvFS
+from .dirs import trusted
+from .dirs.serverdir import ServerDir
 from .record import Record, replace
-from .server import DEFAULT_MSIZE, ServerConfig
-from .serverdir import ServerDir
-from .sessions import SessionStore
-from .transport import Gate, NinePProtocol, Peer, listen
+from .serve import dial
+from .serve.server import DEFAULT_MSIZE, ServerConfig
+from .serve.transport import Gate, NinePProtocol, Peer, listen
+from .tree.fs import ToolsrvFS
+from .tree.sessions import SessionStore
 
 log = logging.getLogger("toolsrv")
 
@@ -152,7 +153,7 @@ class App:
         self.lock: Any = None         # statedir.StateLock, held while serving with state
 
     def _make_registry(self) -> Any:
-        from .registry import Registry
+        from .registry.registry import Registry
         return Registry(self.opts.tools if self.opts.tools is not None else default_tools_path())
 
     def _peer_check(self, peer: Peer) -> str | None:
@@ -175,7 +176,7 @@ class App:
                               max_inflight=opts.max_inflight, max_held=opts.max_held,
                               trace=self._trace if opts.trace else None)
         if opts.auth_secret:
-            from .auth import Authenticator, load_secret
+            from .serve.auth import Authenticator, load_secret
             return config, replace(config, auth=Authenticator(load_secret(opts.auth_secret)))
         far = [a for a in self.addrs if a.kind == "tcp" and not a.is_loopback()]
         if far:
@@ -246,15 +247,16 @@ class App:
         first address (statedir.py)."""
         if not self.opts.persist:
             return None
-        from .statedir import default_state_dir
-        return self.opts.state_dir or default_state_dir(self.addrs[0])
+        from .dirs.statedir import default_state_dir
+        return self.opts.state_dir or default_state_dir(str(self.addrs[0]),
+                                                         str(dial.plan9port_default()))
 
     def _lock_state(self, state: str | None) -> None:
         """Lock the state directory for this server: a second server on it is refused
         with the holder's pid and address (statedir.py)."""
         if state is None:
             return
-        from .statedir import StateLock
+        from .dirs.statedir import StateLock
         lock = StateLock(state)
         lock.acquire([str(a) for a in self.addrs])
         self.lock = lock
@@ -268,7 +270,7 @@ class App:
         """A socket already connected to this server: what a tool under a profile with
         `general.toolsrv: true` (client_9p) gets as fd 3.  The connection is scoped to
         that agent (fs.AgentScope).  The caller closes it."""
-        from .fs import AgentScope
+        from .tree.fs import AgentScope
         config = replace(self._unix_config, guard=AgentScope(session, agent))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -308,7 +310,7 @@ class App:
 
     def _make_runner(self) -> tuple[Any, tuple[int, int] | None]:
         try:
-            from .runner import Runner, RunnerConfig
+            from .run.runner import Runner, RunnerConfig
         except ImportError:
             return None, None
         runner = Runner(RunnerConfig(timeout=self.opts.timeout, run_as=self.opts.run_as))
@@ -316,14 +318,14 @@ class App:
 
     def _check_profile(self, name: str) -> None:
         try:
-            from .sandbox import load_profile
+            from .run.sandbox import load_profile
         except ImportError:
             return
         load_profile(name)
 
     def _start_calls(self) -> None:
         try:
-            from .toolfile import Calls
+            from .tree.toolfile import Calls
         except ImportError:
             return
         self.calls = Calls(self)

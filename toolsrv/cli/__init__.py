@@ -1,0 +1,11 @@
+# toolsrv/cli/ — the `toolsrv` command (toolsrv/__main__.py is its thin entry).
+#
+# command.py parses the verbs (serve, ls, read, write, rdwr, stat, mkdir, rm, call,
+# sandbox, approve, mount, umount) and runs them: `serve` builds the App (app.py), the
+# others speak 9P through client.py, a small blocking client also used by the bundled
+# client_9p tool and the tests; shortcut.py is `call`, mount.py 9pfuse, banner.py what a
+# starting server prints.
+#
+# May import anything of toolsrv: nothing imports cli/ but toolsrv/__main__.py and the
+# old path toolsrv/client.py.
+# Imports nothing here, so that importing one module costs that module alone.

@@ -1,0 +1,51 @@
+"""The start-up message: where the server listens, what it serves, what to try."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import Any
+
+from ..serve import dial
+
+
+def _prog() -> str:
+    """How to type the command here: `toolsrv`, or its path when it is not on $PATH
+    (make run starts .venv/bin/toolsrv without activating the venv)."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if shutil.which("toolsrv") or os.path.basename(argv0) != "toolsrv":
+        return "toolsrv"
+    return os.path.relpath(argv0)
+
+
+def banner(app: Any) -> str:
+    reg = app.registry
+    addr = str(app.addrs[0])
+    a = "" if addr == str(dial.default_addr()) else f" -a '{addr}'"
+    prog = _prog()
+
+    def cmd(verb: str, rest: str) -> str:     # -a is the verb's option: it follows the verb
+        return f"{prog} {verb}{a} {rest}"
+    errors = [ln for ln in reg.errors_text().splitlines() if ln]
+    state = getattr(getattr(app, "store", None), "state_dir", None)
+    lines = [f"toolsrv: serving on {', '.join(str(x) for x in app.addrs)}",
+             f"toolsrv: state in {state} (kept across restarts)" if state else
+             "toolsrv: no state kept (--no-state)",
+             f"toolsrv: {len(reg.tools)} tools loaded from {':'.join(getattr(reg, 'dirs', []))}",
+             f"toolsrv: {len(errors)} in tools/errors"
+             + (f" (see: {cmd('read', 'tools/errors')})" if errors else "")]
+    if app.runner is not None and hasattr(app.runner, "summary"):
+        lines.append(f"toolsrv: sandbox: {app.runner.summary()}")
+    lines.append("toolsrv: try, in another terminal (a session that `call` makes works in "
+                 "the directory you call from; --cwd DIR to choose):")
+    lines.append("  " + cmd("read", "tools/index"))
+    if "file_glob" in reg.tools and "file_read" in reg.tools:
+        lines += ["  " + cmd("call", "demo me file_glob '{\"pattern\": \"*\"}'"),
+                  "  " + cmd("call", "demo me file_read '{\"path\": \"README.md\", "
+                             "\"limit\": 5}'")]
+    elif reg.tools:
+        t = sorted(reg.tools)[0]
+        lines += ["  " + cmd("read", f"tools/{t}/prompt"),
+                  "  " + cmd("call", f"demo me {t} '{{...args...}}'")]
+    lines.append("  " + cmd("read", "session/demo/agent/me/log"))
+    return "\n".join(lines)

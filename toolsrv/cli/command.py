@@ -1,0 +1,433 @@
+"""The `toolsrv` command: `serve`, and client verbs that mirror plan9port's 9p(1).
+
+    toolsrv serve [-a ADDR]... [--tools PATH[:PATH]] [--state DIR] [-D]
+    toolsrv ls [-l] | read | write | rdwr [DATA] | stat | mkdir | rm  [-a ADDR] PATH
+    toolsrv call [--cwd DIR] SESSION AGENT TOOL JSON
+    toolsrv sandbox check [PROFILE]      toolsrv approve [--allow TOOL...]
+    toolsrv mount [MOUNTPOINT]           toolsrv umount [MOUNTPOINT]
+
+Client verbs exit 1 with the server's error on stderr.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import stat as statmod
+import sys
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from ..serve import dial
+
+if TYPE_CHECKING:
+    import argparse
+
+
+def _addr_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-a", "--addr", default=os.environ.get("TOOLSRV_ADDR"),
+                   help="dial string (default unix!$NAMESPACE/toolsrv or $TOOLSRV_ADDR)")
+
+
+VERBS = ("serve", "ls", "read", "write", "rdwr", "stat", "mkdir", "rm", "call", "sandbox",
+         "approve", "mount", "umount")
+
+
+def build_parser(only: str | None = None,
+                 cls: type[argparse.ArgumentParser] | None = None) -> argparse.ArgumentParser:
+    """The command's parser; with `only`, the subcommand of that verb alone (see parse)."""
+    import argparse
+    ap = (cls or argparse.ArgumentParser)(prog="toolsrv",
+                                          description="a 9P2000 server of tools for agents")
+    sub = ap.add_subparsers(dest="verb", required=True)
+    if only in (None, "serve"):
+        _serve_parser(sub.add_parser("serve", help="run the server"))
+    for verb, helptext in [("ls", "list a directory"), ("read", "print a file"),
+                           ("write", "copy stdin to a file"),
+                           ("rdwr", "write DATA (or stdin), print what the same fid reads back"),
+                           ("stat", "print a file's stat"), ("mkdir", "make a session or agent"),
+                           ("rm", "remove a session or agent")]:
+        if only not in (None, verb):
+            continue
+        c = sub.add_parser(verb, help=helptext)
+        _addr_arg(c)
+        if verb == "ls":
+            c.add_argument("-l", dest="long", action="store_true")
+        c.add_argument("path")
+        if verb == "rdwr":
+            c.add_argument("data", nargs="?")
+    if only in (None, "call"):
+        c = sub.add_parser("call", help="call a tool: creates the session and agent, "
+                           "loads the tool; a session it creates works in the current "
+                           "directory")
+        _addr_arg(c)
+        c.add_argument("--cwd", metavar="DIR", help="the session's working directory "
+                       "(default, for a session this creates: the current directory)")
+        for name in ("session", "agent", "tool", "json"):
+            c.add_argument(name)
+    if only in (None, "sandbox"):
+        sb = sub.add_parser("sandbox", help="sandbox profiles")
+        sb.add_argument("action", choices=["check"])
+        sb.add_argument("profile", nargs="?", default="default")
+    if only in (None, "approve"):
+        ap_ = sub.add_parser("approve", help="run the reference elevation broker")
+        ap_.add_argument("rest", nargs="...")
+    if only in (None, "mount"):
+        m = sub.add_parser("mount", help="mount the running server with 9pfuse")
+        _addr_arg(m)
+        m.add_argument("mountpoint", nargs="?")
+    if only in (None, "umount"):
+        u = sub.add_parser("umount", help="unmount a 9pfuse mount")
+        u.add_argument("mountpoint", nargs="?")
+    return ap
+
+
+class _Retry(Exception):
+    """The one-verb parser met an error: the full parser words it (see parse)."""
+
+
+def _trial() -> type[argparse.ArgumentParser]:
+    import argparse
+
+    class _Trial(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            raise _Retry
+    return _Trial
+
+
+def parse(argv: list[str]) -> Any:
+    """argv parsed by a parser of its verb's subcommand alone, when that succeeds: building
+    all thirteen costs about 10 ms (argparse looks up gettext translations for each piece),
+    a tenth of the server's start-up.  On any error the full parser parses again, so every
+    message (and the usage listing every verb) reads as it always has; --help prints the
+    subcommand's own help, the same in both.  A `serve` whose words are all plainly its
+    options is parsed without argparse (parse_serve)."""
+    if argv[:1] == ["serve"]:
+        args = parse_serve(argv[1:])
+        if args is not None:
+            return args
+    if argv and argv[0] in VERBS:
+        try:
+            return build_parser(argv[0], _trial()).parse_args(argv)
+        except _Retry:
+            pass
+    return build_parser().parse_args(argv)
+
+
+def _dest(flags: tuple[str, ...], kw: dict[str, Any]) -> str:
+    """The attribute an option sets, named as argparse names it."""
+    if "dest" in kw:
+        return str(kw["dest"])
+    long = [f for f in flags if f.startswith("--")]
+    return (long or list(flags))[0].lstrip("-").replace("-", "_")
+
+
+def parse_serve(words: list[str]) -> SimpleNamespace | None:
+    """`serve`'s words parsed from SERVE_OPTIONS without argparse, or None for argparse to
+    parse: building this parser and parsing took 6 M instructions (2 ms) of the server's
+    launch, and importing argparse 9.5 M more where nothing else imports it before the
+    listener does (elevation.py does now).  Only the plain forms are taken here: an option
+    spelled in full, its value as the next word or after `=`, a value not starting with `-`
+    and of the option's type.  Anything else (an abbreviation, -h, a bad value, a stray
+    word) goes to argparse, so its results, messages and help are the ones it always gave."""
+    opts: dict[str, tuple[str, bool, bool, Any]] = {}
+    values: dict[str, Any] = {}
+    for flags, kw in SERVE_OPTIONS:
+        dest = _dest(flags, kw)
+        store_true = kw.get("action") == "store_true"
+        default = kw.get("default", False if store_true else None)
+        values[dest] = list(default) if isinstance(default, list) else default
+        for f in flags:
+            opts[f] = (dest, store_true, kw.get("action") == "append", kw.get("type", str))
+    i = 0
+    while i < len(words):
+        flag, eq, value = words[i], "", ""
+        if flag.startswith("--"):
+            flag, eq, value = flag.partition("=")
+        if flag not in opts:
+            return None
+        dest, store_true, append, typ = opts[flag]
+        i += 1
+        if store_true:
+            if eq:
+                return None
+            values[dest] = True
+            continue
+        if not eq:
+            if i == len(words) or words[i].startswith("-"):
+                return None
+            value, i = words[i], i + 1
+        try:
+            v = typ(value)
+        except ValueError:
+            return None
+        if append:
+            values[dest].append(v)
+        else:
+            values[dest] = v
+    return SimpleNamespace(verb="serve", **values)
+
+
+_LIMITS = "limits (doc/reliability.md)"
+
+# `serve`'s options, in their order in the usage line, as argparse's add_argument takes
+# them; "group": _LIMITS puts one in that group of the help.  parse_serve reads the same.
+SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("-a", "--addr"), dict(action="append", default=[], help="listen on this dial string "
+                            "(repeatable): unix!PATH or tcp!HOST!PORT")),
+    (("--tools",), dict(help="tool search path, colon-separated (default: $OLLIE_TOOLS_PATH, "
+                        "else ~/.config/ollie/tools then the bundled data/tools)")),
+    (("--state",), dict(metavar="DIR", help="state directory")),
+    (("--no-state",), dict(action="store_true", help="keep no state on disk")),
+    (("-D",), dict(dest="trace", action="store_true", help="print every 9P message")),
+    (("-v",), dict(dest="verbose", action="store_true", help="log more")),
+    (("--msize",), dict(type=int, default=65536 + 24)),
+    (("--listen-any",), dict(action="store_true",
+                             help="allow a non-loopback TCP address (needs --auth-secret)")),
+    (("--allow-uid",), dict(type=int, action="append", default=[],
+                            help="also accept Unix-socket peers with this uid")),
+    (("--timeout",), dict(type=float, default=30.0, help="default tool timeout, seconds")),
+    (("--max-runs",), dict(type=int, default=16, help="concurrent tool runs, server-wide")),
+    (("--run-as",), dict(default="nobody", help="uid tools run as when serving as root")),
+    (("--revwait-timeout",), dict(type=float, default=60.0)),
+    (("--auth-secret",), dict(metavar="FILE", help="TCP clients must prove this shared secret "
+                              "(9P Tauth); a mode-600 file of at least 16 bytes; required "
+                              "with --listen-any")),
+    *[((flag,), dict(type=typ, default=default, help=f"{what} (default {default})",
+                     group=_LIMITS)) for flag, typ, default, what in [
+        ("--max-conns", int, 512, "connections, server-wide"),
+        ("--max-conns-per-peer", int, 256, "connections per uid (Unix) or host (TCP)"),
+        ("--max-fids", int, 4096, "fids per connection"),
+        ("--max-inflight", int, 256, "outstanding requests per connection"),
+        ("--max-held", int, 64 << 20, "bytes a connection's fids may hold: unfinished "
+         "writes and read snapshots"),
+        ("--frame-timeout", float, 60.0, "seconds a partial frame may stall"),
+        ("--max-sessions", int, 10000, "sessions"),
+        ("--max-agents", int, 256, "agents per session"),
+        ("--max-queued", int, 1024, "calls waiting for a run slot"),
+        ("--max-args", int, 1 << 20, "bytes of one call's JSON args")]],
+    (("--mount",), dict(metavar="DIR", help="mount with 9pfuse on start, unmount on exit")),
+    (("--uvloop",), dict(action="store_true", help="run on uvloop (pip install "
+                         "'toolsrv[fast]'; also TOOLSRV_UVLOOP=1)")),
+]
+
+
+def _serve_help() -> dict[str, str]:
+    """The help of the options whose defaults depend on the environment, filled in here (only
+    -h needs them: parse_serve never builds this parser)."""
+    from ..dirs.statedir import default_state_dir, state_home
+    addr, home = str(dial.default_addr()), state_home()
+    state = default_state_dir(addr, str(dial.plan9port_default()))
+    where = (f"default {home}; with another first -a, a subdirectory of it named for that "
+             "address" if state == home else
+             f"default here {state}, named for {addr}; {home} for plan9port's default address")
+    return {"--addr": f"; default unix!$NAMESPACE/toolsrv, here {addr}",
+            "--state": f" ({where}; kept across restarts, locked while serving)"}
+
+
+def _serve_parser(s: argparse.ArgumentParser) -> None:
+    lim = s.add_argument_group(_LIMITS)
+    extra = _serve_help()
+    for flags, kw in SERVE_OPTIONS:
+        kw = dict(kw)
+        more = next((extra[f] for f in flags if f in extra), "")
+        if more:
+            kw["help"] = (kw["help"] + more).replace("%", "%%")
+        (lim if kw.pop("group", None) else s).add_argument(*flags, **kw)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["approve"]:          # its own options: --allow TOOL..., -h
+        from ..run.elevation import approve_main
+        return approve_main(argv[1:])
+    args = parse(argv)
+    try:
+        if args.verb == "serve":
+            return serve(args)
+        if args.verb == "sandbox":
+            from ..run.sandbox import sandbox_check_main
+            return sandbox_check_main([args.profile])
+        if args.verb == "approve":
+            from ..run.elevation import approve_main
+            return approve_main(args.rest)
+        if args.verb in ("mount", "umount"):
+            from .mount import mount_main
+            return mount_main(args)
+        return client_verb(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+def serve_options(args: Any) -> Any:
+    """The App's Options from parsed `serve` arguments."""
+    from ..app import Options
+    return Options(addrs=args.addr, tools=args.tools.split(":") if args.tools else None,
+                   state_dir=args.state, persist=not args.no_state, msize=args.msize,
+                   trace=args.trace, listen_any=args.listen_any, allow_uids=args.allow_uid,
+                   timeout=args.timeout, max_runs=args.max_runs, run_as=args.run_as,
+                   revwait_timeout=args.revwait_timeout, auth_secret=args.auth_secret,
+                   max_conns=args.max_conns, max_conns_per_peer=args.max_conns_per_peer,
+                   max_fids=args.max_fids, max_inflight=args.max_inflight,
+                   max_held=args.max_held,
+                   frame_timeout=args.frame_timeout, max_sessions=args.max_sessions,
+                   max_agents=args.max_agents, max_queued=args.max_queued,
+                   max_args=args.max_args)
+
+
+def serve(args: Any) -> int:
+    # No cyclic garbage collection while starting: what start-up allocates (modules,
+    # classes, the registry) lives on, and the collector's passes over it took 3-5 ms
+    # before the first request could be answered.  It resumes once started (below).
+    gc.disable()
+    import_asyncio_without_ssl()
+    import asyncio
+
+    from ..app import App
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="toolsrv: %(message)s")
+    opts = serve_options(args)
+
+    async def run() -> int:
+        app = App(opts)
+        try:
+            await app.start()
+        except Exception as e:
+            print(f"toolsrv: {e}", file=sys.stderr)
+            return 1
+        finally:
+            # What start-up made lives as long as the server: moved out of the collector's
+            # sight, a full collection walks what requests made, not the modules and the
+            # registry as well (28,000 objects: 20 ms against 0.7 ms in bench_core's loop).
+            gc.freeze()
+            gc.enable()
+        from .banner import banner
+        print(banner(app), file=sys.stderr, flush=True)
+        mounted = None
+        if args.mount:
+            from .mount import mount
+            try:   # in a thread: 9pfuse needs this loop to answer while it mounts
+                mounted = await asyncio.to_thread(mount, str(app.addrs[0]), args.mount)
+            except RuntimeError as e:
+                print(e, file=sys.stderr)
+                await app.stop()
+                return 1
+        try:
+            await app.run()
+        finally:
+            if mounted:
+                from .mount import umount
+                try:
+                    umount(mounted)
+                except RuntimeError as e:
+                    print(e, file=sys.stderr)
+        return 0
+
+    use_uvloop(args.uvloop or os.environ.get("TOOLSRV_UVLOOP", "") not in ("", "0"))
+    try:
+        return asyncio.run(run())
+    finally:
+        gc.enable()             # had start-up failed before run() could
+
+
+def import_asyncio_without_ssl() -> None:
+    """Import asyncio with its module-level `ssl` left None: the server serves no TLS, and
+    `ssl` (OpenSSL's libraries loaded and linked) was 8-14 ms of the launch.  asyncio's
+    modules import it as `try: import ssl / except ImportError: ssl = None`, and only a TLS
+    transport (start_tls, an ssl= argument) reads the name, which then says "ssl module not
+    available".  The None in sys.modules that makes that import fail is there only while
+    asyncio imports: any later `import ssl` (uvloop, a library) works as usual.  Nothing is
+    done when asyncio or ssl is imported already (doc/performance.md, Start-up)."""
+    if "asyncio" in sys.modules or "ssl" in sys.modules:
+        return
+    sys.modules["ssl"] = None  # type: ignore[assignment]
+    try:
+        import asyncio  # noqa: F401
+    finally:
+        if "ssl" in sys.modules and sys.modules["ssl"] is None:
+            del sys.modules["ssl"]
+
+
+def use_uvloop(wanted: bool) -> None:
+    """Install uvloop's event loop policy when wanted and installed (doc/performance.md)."""
+    if not wanted:
+        return
+    import asyncio
+    try:
+        import uvloop
+    except ImportError:
+        print("toolsrv: uvloop is not installed (pip install 'toolsrv[fast]'): "
+              "using asyncio's own loop", file=sys.stderr)
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def _fmt_mode(mode: int) -> str:
+    kind = "d" if mode & 0x80000000 else "-"
+    return kind + statmod.filemode(mode & 0o777)[1:]
+
+
+def client_verb(args: Any) -> int:
+    from .client import Client, ClientError
+    try:
+        c = Client.connect(args.addr)
+    except (OSError, ValueError, ClientError) as e:   # refused: uid, limit, secret
+        where = args.addr or str(dial.default_addr())
+        print(f"toolsrv: cannot connect to {where}: {e}", file=sys.stderr)
+        return 1
+    try:
+        return _run_verb(c, args)
+    except ClientError as e:
+        print(f"toolsrv: {args.path if hasattr(args, 'path') else args.tool}: {e}",
+              file=sys.stderr)
+        return 1
+    finally:
+        c.close()
+
+
+def _here() -> str | None:
+    """The caller's current directory (None when it is gone)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+def _run_verb(c: Any, args: Any) -> int:
+    out = sys.stdout.buffer
+    v = args.verb
+    if v == "read":
+        out.write(c.read(args.path))
+    elif v == "write":
+        c.write(args.path, sys.stdin.buffer.read())
+    elif v == "rdwr":
+        data = args.data.encode() if args.data is not None else sys.stdin.buffer.read()
+        out.write(c.rdwr(args.path, data))
+    elif v == "ls":
+        for d in sorted(c.ls(args.path), key=lambda d: d.name):
+            if args.long:
+                out.write(f"{_fmt_mode(d.mode)} {d.uid} {d.length:8d} {d.name}\n".encode())
+            else:
+                out.write((d.name + ("/" if d.mode & 0x80000000 else "") + "\n").encode())
+    elif v == "stat":
+        d = c.stat(args.path)
+        out.write((f"{d.name} {_fmt_mode(d.mode)} length {d.length} qid "
+                   f"({d.qid.path:016x} {d.qid.vers} {d.qid.type:02x}) "
+                   f"uid {d.uid} mtime {d.mtime}\n").encode())
+    elif v == "mkdir":
+        c.mkdir(args.path)
+    elif v == "rm":
+        c.rm(args.path)
+    elif v == "call":
+        from .shortcut import call
+        out.write(call(c, args.session, args.agent, args.tool, args.json,
+                       cwd=os.path.abspath(args.cwd) if args.cwd is not None else None,
+                       here=_here()))
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,12 @@
+# toolsrv/registry/ — the tools on disk.
+#
+# registry.py scans the tool search path, keeps one Tool per name (the first directory
+# wins) with a revision that moves on every change, and answers the tree's questions
+# (index, a tool's files, why one is missing); metafile.py parses and checks one .meta,
+# variants.py picks its variant for this host, resolve.py resolves the command; watch.py
+# sees changes (inotify, else polling); names.py holds the name rule that tools,
+# sessions and agents share.
+#
+# May import: dirs/, errors, record.  Never tree/, serve/, app or cli/, nor run/ (run/
+# and registry/ stand side by side).
+# Imports nothing here, so that importing one module costs that module alone.

@@ -1,0 +1,457 @@
+# toolsrv/run/launcher.py — the server's side of the zygote (toolsrv/run/zygote.py) and its inits.
+#
+# Theory of operation.  Launcher starts the zygote with subprocess.Popen (vfork + exec of
+# `python -I -S`: flat cost whatever the server's size, and no preexec_fn), keeps one end of a
+# SOCK_SEQPACKET socketpair, and watches it from the event loop with add_reader; a pidfd on the
+# zygote tells when it is gone so it can be reaped.  The zygote forks inits ahead (each pid 1
+# of a PID namespace of its own, toolsrv/run/runinit.py) and hands each to us as a spare: the
+# init's socket and a pidfd on it ({"op": "spare"} with SCM_RIGHTS).
+#
+# spawn() is synchronous.  It builds the run's Landlock ruleset here (paths resolved by the
+# server, through a PathCache), creates the three pipes and gives the request, the child ends
+# and the ruleset to a spare init in one packet, straight: the zygote is not on a call's path
+# (when few inits are left idle it is asked for more, which it forks while idle).  An init
+# that has reported waits for another run: it is kept idle (up to MAX_IDLE; beyond
+# SPARE_INITS only until IDLE_TRIM passes without a spawn), so under load no init is forked
+# per call.  With none idle, the request goes to the zygote, which forks an init for it and
+# answers {"op": "init", "id"} with the init's socket and pidfd.  It returns a LaunchHandle whose one future the init's
+# report resolves:
+#   exited -> (wait status, None) when the run has ended and nothing of it is left, or
+#             (None, reason) when it could not be launched (or the zygote died)
+# The init writes b"S<wait status>" once the tool has ended and it has killed and reaped the
+# rest, or b"E<json reason>" when a step of the launch failed.  A kill is SIGKILL through the
+# pidfd (no pid reuse possible): the kernel ends the namespace with its init, and the pidfd
+# turns readable once the init is a zombie, which for a namespace's init means once every
+# process in it is gone; that is when a killed run's future is resolved.  The future carries
+# values, never exceptions, so a cancelled caller leaves nothing unretrieved.
+#
+# If the zygote dies, every pending handle ends with "launcher died" (the tools die with it:
+# see zygote.py) and the next ensure() starts a new zygote.  While runs wait on the zygote it
+# is pinged every PING_EVERY seconds; one that has not answered a ping for WEDGED_AFTER
+# seconds is wedged: it is killed (its runs die with it), every pending handle ends with
+# "launcher stopped answering", and the next ensure() starts a new one.
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import json
+import mmap
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+
+from toolsrv.run import landlock
+from toolsrv.run.cgroups import RunGroups
+from toolsrv.run.pumps import CHUNK, Collector, Feeder  # noqa: F401 - re-exported
+
+MAX_PACKET = 1 << 20
+PING_EVERY = 2.0  # seconds between pings while runs wait on the zygote
+WEDGED_AFTER = 10.0  # seconds without a pong: the launcher is wedged
+MAX_FDS = 4  # an init's socket and pidfd; the zygote's own reply fds
+SPARE_INITS = 4  # idle inits wanted: fewer, and the zygote is asked for more
+MAX_IDLE = 64  # idle inits kept at most
+IDLE_TRIM = 2.0  # seconds without a spawn: idle inits beyond SPARE_INITS are let go
+# the checkout that holds the toolsrv package: toolsrv/run/launcher.py, three levels down
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+_BOOT = "import sys; sys.path.insert(0, sys.argv[4]); from toolsrv.run.zygote import main; " \
+        "main(sys.argv[1:4])"
+
+
+class LauncherDied(Exception):
+    """The zygote is gone (or could not start)."""
+
+
+class _Spare:
+    """An init waiting for a run: its socket and a pidfd on it."""
+
+    __slots__ = ("sock", "pidfd")
+
+    def __init__(self, sock: socket.socket, pidfd: int) -> None:
+        self.sock, self.pidfd = sock, pidfd
+
+    def close(self) -> None:
+        self.sock.close()
+        os.close(self.pidfd)
+
+
+class LaunchHandle:
+    """One spawned run: our ends of its pipes, its init, and the init's answer."""
+
+    def __init__(self, run_id: int, fds: tuple[int, int, int]) -> None:
+        loop = asyncio.get_running_loop()
+        self.id = run_id
+        self.stdin, self.stdout, self.stderr = fds
+        self.killed = False
+        self.exited: asyncio.Future[tuple[int | None, str | None]] = loop.create_future()
+        self._owned = True
+        self._init: _Spare | None = None
+        self._release: Callable[[_Spare], None] | None = None
+
+    def attach(self, init: _Spare, release: Callable[[_Spare], None]) -> None:
+        """The init has the run: wait for its report (and kill it if a kill came first);
+        `release` takes the init back once it has reported (its namespace is empty)."""
+        self._init, self._release = init, release
+        asyncio.get_running_loop().add_reader(init.sock.fileno(), self._on_report)
+        if self.killed:
+            self._kill()
+
+    def _on_report(self) -> None:
+        assert self._init is not None
+        try:
+            data = self._init.sock.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data.startswith(b"S"):
+            self._set((int(data[1:]), None), reusable=True)
+        elif data.startswith(b"E"):
+            self._set((None, json.loads(data[1:])), reusable=True)
+        else:  # it ended without a word (killed): done once its namespace is empty
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(self._init.sock.fileno())
+            loop.add_reader(self._init.pidfd, self._on_gone)
+
+    def _on_gone(self) -> None:
+        if self.killed:
+            self._set((signal.SIGKILL, None))
+        else:
+            self._set((None, "the run's init ended before it reported"))
+
+    def _kill(self) -> None:
+        if self._init is not None and not self.exited.done():
+            try:
+                signal.pidfd_send_signal(self._init.pidfd, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def taken(self) -> None:
+        """The pumps own the pipe fds now; close_fds() leaves them alone."""
+        self._owned = False
+
+    def close_fds(self) -> None:
+        if self._owned:
+            for fd in (self.stdin, self.stdout, self.stderr):
+                os.close(fd)
+            self._owned = False
+
+    def _set(self, value: tuple[int | None, str | None], reusable: bool = False) -> None:
+        if not self.exited.done():
+            self.exited.set_result(value)
+        init, self._init = self._init, None
+        if init is not None:
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(init.sock.fileno())
+            loop.remove_reader(init.pidfd)
+            if reusable and not self.killed and self._release is not None:
+                self._release(init)  # its namespace is empty: ready for another run
+            else:
+                init.close()
+
+
+class Launcher:
+    """Client of one zygote process and of the inits it forks; restarts it after it dies."""
+
+    def __init__(self, rlimits: dict[str, int] | None = None, namespaces: bool = True,
+                 python: str | None = None, limits: dict | None = None,
+                 idmap: tuple[int, int] | None = None) -> None:
+        self.python = python or sys.executable
+        self.options = {"rlimits": {k: [v, v] for k, v in (rlimits or {}).items()},
+                        "namespaces": namespaces, "idmap": list(idmap) if idmap else None}
+        self.limits = {"pids": None, "memory": None, **(limits or {})}
+        self.pidns = False
+        self.netns = False
+        self.cgroups = "none"
+        self.seccomp = False
+        self.idmap = "not needed"
+        self.restarts = 0  # launchers killed for not answering
+        self.zygote_pid: int | None = None
+        self.path_cache = landlock.PathCache()
+        self._groups: RunGroups | None = None
+        self._stale: list[RunGroups] = []  # groups of launchers that died, still emptying
+        self._pinged = 0.0  # when the oldest unanswered ping went out (0: none)
+        self._pings = itertools.count(1)
+        self._timer: asyncio.TimerHandle | None = None
+        self._sock: socket.socket | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._spares: collections.deque[_Spare] = collections.deque()  # idle inits
+        self._asked = 0  # spares asked of the zygote and not yet had
+        self._last_spawn = 0.0
+        self._trim: asyncio.TimerHandle | None = None
+        self._handles: dict[int, LaunchHandle] = {}  # runs not yet ended
+        self._waiting: dict[int, LaunchHandle] = {}  # runs the zygote is forking an init for
+        self._ids = itertools.count(1)
+        self._lock = asyncio.Lock()
+        self._gone: asyncio.Future[None] | None = None
+        self._rbuf = mmap.mmap(-1, MAX_PACKET)  # replies land here (pages used on write)
+
+    @property
+    def alive(self) -> bool:
+        return self._sock is not None
+
+    async def ensure(self) -> None:
+        """Start the zygote unless it runs."""
+        if self._sock is not None:
+            return
+        async with self._lock:
+            if self._sock is None:
+                await self._start()
+
+    async def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._groups is not None:  # a restart: the old launcher's groups may still be
+            self._stale.append(self._groups)  # emptying; a new base for the new one
+        self._stale = [g for g in self._stale if not g.close()]
+        self._groups = RunGroups.setup(self.limits.get("pids"), self.limits.get("memory"))
+        options = {**self.options, "groups": self._groups.options()}
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            proc = subprocess.Popen(
+                [self.python, "-I", "-S", "-c", _BOOT, str(child.fileno()), str(os.getpid()),
+                 json.dumps(options), _ROOT], pass_fds=(child.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            child.close()
+        parent.setblocking(False)
+        try:
+            hello = json.loads(await asyncio.wait_for(loop.sock_recv(parent, MAX_PACKET), 20))
+        except (TimeoutError, ValueError, OSError) as e:
+            proc.kill()
+            proc.wait()
+            parent.close()
+            raise LauncherDied(f"launcher did not start: {e!r}") from None
+        self.pidns, self.netns = hello["pidns"], hello["netns"]
+        self.cgroups, self.seccomp = hello.get("cgroups", "none"), hello.get("seccomp", False)
+        self.idmap = hello.get("idmap", "not needed")
+        self.zygote_pid = proc.pid
+        self._sock, self._proc = parent, proc
+        self._asked = SPARE_INITS  # the zygote makes these at its start
+        self._pinged = 0.0
+        self._gone = loop.create_future()
+        pidfd = os.pidfd_open(proc.pid)
+        loop.add_reader(pidfd, self._on_exit, pidfd, proc, self._gone)
+        loop.add_reader(parent.fileno(), self._on_readable)
+
+    def spawn(self, msg: dict, extra_fds: tuple[int, ...] = ()) -> LaunchHandle:
+        """Launch one run; the handle's future reports its end.
+
+        msg: argv, env, cwd, uid/gid, rlimits, netns, nnp, and "landlock": the rules to build
+        the ruleset from (or None).  `extra_fds` reach the tool as fds 3, 4, ...; the caller
+        keeps and closes them."""
+        if self._sock is None:
+            raise LauncherDied("launcher not running")
+        ruleset = self._ruleset(msg.get("landlock"))
+        stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
+        stdout_r, stdout_w = os.pipe2(os.O_CLOEXEC)
+        stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
+        mine = [stdin_r, stdout_w, stderr_w] + ([ruleset] if ruleset >= 0 else [])
+        handle = LaunchHandle(next(self._ids), (stdin_w, stdout_r, stderr_r))
+        request = {**msg, "landlock": None, "ruleset": ruleset >= 0, "id": handle.id}
+        try:
+            self._hand_over(handle, request, mine[:3] + list(extra_fds) + mine[3:])
+        except BaseException:
+            handle.close_fds()
+            raise
+        finally:
+            for fd in mine:
+                os.close(fd)
+        self._handles[handle.id] = handle
+        handle.exited.add_done_callback(lambda _: self._handles.pop(handle.id, None))
+        return handle
+
+    def _ruleset(self, rules: dict | None) -> int:
+        """The run's Landlock ruleset fd (-1: none), built here from its rules."""
+        if rules is None:
+            return -1
+        fd, _skipped = landlock.build_ruleset(
+            rules["abi"], [(p, a) for p, a in rules["paths"]], handle_net=rules["net"],
+            bind_tcp=rules["bind_tcp"], connect_tcp=rules["connect_tcp"],
+            scoped=rules["scoped"], cache=self.path_cache, cached=rules.get("cached", 0))
+        return fd
+
+    def _hand_over(self, handle: LaunchHandle, request: dict, fds: list[int]) -> None:
+        data = json.dumps(request).encode()
+        self._last_spawn = asyncio.get_running_loop().time()
+        while self._spares:  # straight to an idle init
+            init = self._spares.pop()  # the most recently used: its pages are warm
+            try:
+                socket.send_fds(init.sock, [data], fds)
+            except OSError:  # that init is gone (killed, or its launcher died): the next
+                init.close()
+                continue
+            self._low_water()
+            handle.attach(init, self._idle)
+            return
+        self._low_water()
+        self._send(data, fds)  # none idle: the zygote forks one for this request
+        self._waiting[handle.id] = handle
+        self._watch_soon()
+
+    def _low_water(self) -> None:
+        """Ask the zygote for spares, while idle, when few inits are left idle."""
+        if len(self._spares) + self._asked < SPARE_INITS and self._sock is not None:
+            self._asked = SPARE_INITS - len(self._spares)
+            self._tell({"op": "spares", "n": self._asked})
+
+    def _idle(self, init: _Spare) -> None:
+        """An init that has reported: its namespace is empty, it waits for another run."""
+        if self._sock is None or len(self._spares) >= MAX_IDLE:
+            init.close()
+            return
+        self._spares.append(init)
+        if len(self._spares) > SPARE_INITS and self._trim is None:
+            self._trim = asyncio.get_running_loop().call_later(IDLE_TRIM, self._trim_idle)
+
+    def _trim_idle(self) -> None:
+        """After a burst: let idle inits beyond SPARE_INITS go (EOF ends an init)."""
+        self._trim = None
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._last_spawn < IDLE_TRIM:
+            self._trim = loop.call_later(IDLE_TRIM, self._trim_idle)
+            return
+        while len(self._spares) > SPARE_INITS:
+            self._spares.popleft().close()  # the least recently used
+
+    def kill(self, handle: LaunchHandle) -> None:
+        """SIGKILL the run's whole namespace (through its init's pidfd)."""
+        handle.killed = True
+        handle._kill()
+
+    def _tell(self, msg: dict) -> None:
+        try:
+            self._send(json.dumps(msg).encode(), [])
+        except (OSError, LauncherDied):
+            pass
+
+    def _send(self, data: bytes, fds: list[int]) -> None:
+        if self._sock is None:
+            raise LauncherDied("launcher not running")
+        while True:
+            try:
+                socket.send_fds(self._sock, [data], fds)
+                return
+            except BlockingIOError:  # the zygote is behind: wait for room, briefly
+                if not select.select([], [self._sock], [], 5)[1]:
+                    raise LauncherDied("launcher not accepting requests") from None
+            except OSError as e:
+                if e.errno == 90:  # EMSGSIZE
+                    raise OSError(f"request too large ({len(data)} bytes)") from None
+                self._died()
+                raise LauncherDied(f"launcher died: {e}") from None
+
+    def _watch_soon(self) -> None:
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(PING_EVERY, self._watch)
+
+    def _watch(self) -> None:
+        """While runs wait on the zygote: ping; one silent for WEDGED_AFTER is killed."""
+        self._timer = None
+        if self._sock is None or not self._waiting:
+            self._pinged = 0.0
+            return
+        now = asyncio.get_running_loop().time()
+        if self._pinged and now - self._pinged > WEDGED_AFTER:
+            self.restarts += 1
+            self._died("launcher stopped answering; it was killed and will be restarted")
+            return
+        if not self._pinged:
+            self._pinged = now
+            self._tell({"op": "ping", "n": next(self._pings)})
+        self._watch_soon()
+
+    def _on_readable(self) -> None:
+        while self._sock is not None:
+            try:  # into one buffer: recv(MAX_PACKET) would map 1 MiB and shrink it each time
+                size, ancillary, _, _ = self._sock.recvmsg_into(
+                    [self._rbuf], socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC)
+            except BlockingIOError:
+                return
+            except OSError:
+                size, ancillary = 0, []
+            fds: list[int] = []
+            for level, kind, blob in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds += list(memoryview(blob)[:len(blob) // 4 * 4].cast("i"))
+            if not size:
+                for fd in fds:
+                    os.close(fd)
+                self._died()
+                return
+            self._dispatch(json.loads(self._rbuf[:size]), fds)
+
+    def _dispatch(self, msg: dict, fds: list[int]) -> None:
+        op = msg["op"]
+        init = _Spare(socket.socket(fileno=fds[0]), fds[1]) if len(fds) == 2 else None
+        for fd in fds[2:] if init else fds:
+            os.close(fd)
+        if op == "spare" and init is not None:
+            self._asked = max(0, self._asked - 1)
+            self._spares.append(init)
+            return
+        if op == "pong":
+            self._pinged = 0.0
+            return
+        handle = self._waiting.pop(msg.get("id", -1), None)
+        if op == "init" and init is not None:  # forked for a request
+            if handle is None:
+                init.close()  # the run is gone: the init ends at EOF
+            else:
+                handle.attach(init, self._idle)
+        elif op == "error" and handle is not None:  # the request could not be handed over
+            handle._set((None, msg["error"]))
+
+    def _died(self, why: str = "launcher died") -> None:
+        if self._sock is None:
+            return
+        asyncio.get_running_loop().remove_reader(self._sock.fileno())
+        self._sock.close()
+        self._sock = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._trim is not None:
+            self._trim.cancel()
+            self._trim = None
+        while self._spares:
+            self._spares.popleft().close()
+        handles, self._handles, self._waiting = self._handles, {}, {}
+        for h in handles.values():
+            h._set((None, why))
+        if self._proc is not None and self._proc.poll() is None:
+            try:  # a zygote that broke the protocol or stopped answering must not linger:
+                os.killpg(self._proc.pid, signal.SIGKILL)  # the bootstrap and the launcher
+            except OSError:
+                self._proc.kill()
+
+    def _on_exit(self, pidfd: int, proc: subprocess.Popen[bytes],
+                 gone: asyncio.Future[None]) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        proc.wait()
+        if proc is self._proc:
+            self._died()
+        if not gone.done():
+            gone.set_result(None)
+
+    async def close(self) -> None:
+        """Kill all runs, wait for their ends (bounded), stop the zygote."""
+        if self._sock is not None:
+            handles = list(self._handles.values())
+            for h in handles:
+                self.kill(h)
+            if handles:
+                await asyncio.wait([h.exited for h in handles], timeout=5)
+            gone = self._gone
+            self._died()
+            if gone is not None:
+                await asyncio.wait({gone}, timeout=5)
+        for groups in [*self._stale, *([self._groups] if self._groups else [])]:
+            groups.close()
+        self._groups, self._stale = None, []

@@ -1,0 +1,287 @@
+# toolsrv/run/runinit.py — pid 1 of a PID namespace: runs one tool at a time as its own child.
+#
+# Theory of operation.  The launcher (toolsrv/run/zygote.py) forks inits, each into a PID
+# namespace of its own (and a cgroup of its own), and hands each to the server: the init's
+# socket and a pidfd on it.  An init is the only process of its namespace the launcher is
+# parent of; every tool it runs is its child, so every process of a run descends from it,
+# whatever it does: fork, setsid, a double fork, or clone(CLONE_PARENT), which makes a
+# sibling of its caller and so another child of the init (an init may not use
+# CLONE_PARENT itself, and nothing outside the namespace has a child inside it).  Orphans
+# are reparented to the init, which reaps them.
+#
+# A run arrives on the socket: the spawn request (JSON) and its fds — the tool's stdin,
+# stdout, stderr and extra fds, then the Landlock ruleset, which the server built.  The
+# init's main thread stays root and unconfined (the tool can neither signal nor trace it);
+# a throw-away thread takes on the run's confinement, state Linux keeps per thread, and
+# spawns the tool, which inherits exactly that:
+#   unshare(CLONE_FS) + chdir     the tool's cwd
+#   setns(empty netns)            no-network profiles: no interface at all, UDP included
+#   a mount namespace             a root server: the grants its tools' uid cannot reach,
+#                                 idmapped (toolsrv/run/idmap.py)
+#   setgroups/setresgid/setresuid raw syscalls: glibc's wrappers would change every thread
+#   Landlock restrict_self        sets no_new_privs first
+#   seccomp filter                no ptrace, process_vm_*, pidfd_getfd, kcmp; no set-id bits
+#   posix_spawn                   setsid, the fds dup2'd to 0, 1, 2, 3..., signals reset
+# and sets its CPU rlimit.  The main thread reaps every child until the tool has ended.  Then it kills every other process of the namespace (kill(-1) from pid 1: atomic
+# against fork) and reaps until it has no child left — and so no process, as every one
+# descends from it.  Only then does it write the tool's wait status (b"S<status>"), or the
+# step that failed (b"E<json>"), on its socket, and wait for the next run: a namespace is
+# reused only once it is proved empty.  A kill is SIGKILL to the init (the server holds a
+# pidfd): the kernel ends the namespace with it.  Without PID namespaces the init is a
+# subreaper instead, and kills every process left below it after the tool has ended.
+from __future__ import annotations
+
+import _thread
+import ctypes
+import errno
+import json
+import mmap
+import os
+import resource
+import signal
+import socket
+import sys
+from typing import NoReturn
+
+from toolsrv.run import cgroups, idmap, landlock
+from toolsrv.run.seccomp import Filter
+
+CLONE_FS, CLONE_NEWNET = 0x200, 0x40000000
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+MAX_PACKET = 1 << 20
+MAX_FDS = 9  # stdin, stdout, stderr, up to five extra fds, the Landlock ruleset
+_RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
+                  signal.SIGCHLD, signal.SIGHUP, signal.SIGQUIT)
+# setgroups, setresuid, setresgid: raw syscall numbers, so only the calling thread changes.
+_SYSNO = {"x86_64": (116, 117, 119), "aarch64": (159, 147, 149)}.get(os.uname().machine)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_unshare = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, use_errno=True)(("unshare", _libc))
+_setns = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                          use_errno=True)(("setns", _libc))
+_syscall3 = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                             ctypes.c_long, use_errno=True)(("syscall", _libc))
+
+
+class Context:
+    """What every init inherits from the launcher: fixed at the launcher's start."""
+
+    __slots__ = ("pidns", "netns", "filter", "userns")
+
+    def __init__(self, pidns: bool, netns: int, seccomp: Filter, userns: int = -1) -> None:
+        self.pidns, self.netns, self.filter, self.userns = pidns, netns, seccomp, userns
+
+
+def _check(ret: int) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def main(sock: socket.socket, ctx: Context, group: list[str],
+         run: tuple[bytes, list[int]] | None, keep: tuple[int, ...]) -> NoReturn:
+    """The init's whole life, in the freshly forked child; never returns."""
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        _close_all_but({sock.fileno(), ctx.netns, ctx.userns, *keep})
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0))
+        if not ctx.pidns:
+            _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
+        joined: OSError | None = None
+        try:
+            cgroups.join(group)
+        except OSError as e:
+            joined = e
+        buf = mmap.mmap(-1, MAX_PACKET, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        while True:
+            if run is None:
+                run = _receive(sock, buf)
+                if run is None:
+                    break  # the server is gone, or let us go
+            if joined is not None:
+                for fd in run[1]:
+                    os.close(fd)
+                report = b"E" + json.dumps(f"cgroup: {joined.strerror}").encode()
+            else:
+                report = _serve(ctx, json.loads(run[0]), run[1])
+            run = None
+            sock.send(report)
+    finally:
+        os._exit(0)
+
+
+def _serve(ctx: Context, msg: dict, fds: list[int]) -> bytes:
+    """One run: confine a thread, spawn the tool from it, reap; the report to send."""
+    ruleset = fds.pop() if msg.get("ruleset") else -1
+    out: list[object] = []
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def confine_and_spawn() -> None:
+        try:
+            out.append(_confine_and_spawn(ctx, msg, fds, ruleset))
+        except BaseException as e:  # noqa: BLE001 - handed back to the main thread
+            out.append(e)
+        finally:
+            done.release()
+
+    try:
+        _thread.start_new_thread(confine_and_spawn, ())
+        done.acquire()
+    finally:
+        for fd in (*fds, ruleset):
+            if fd >= 0:
+                os.close(fd)
+    tool = out[0] if out else RuntimeError("the spawning thread did not start")
+    if isinstance(tool, BaseException):
+        why = tool.strerror if isinstance(tool, OSError) and tool.strerror else repr(tool)
+        return b"E" + json.dumps(str(why)).encode()
+    return b"S%d" % _reap_until(tool, ctx.pidns)  # type: ignore[arg-type]
+
+
+def _confine_and_spawn(ctx: Context, msg: dict, fds: list[int], ruleset: int) -> int:
+    """In the thread being used up: take on the run's confinement and spawn the tool."""
+    step = "fs"
+    uid = msg.get("uid")
+    try:
+        _check(_unshare(CLONE_FS))
+        if msg["netns"] and ctx.netns >= 0:
+            step = "netns"
+            _check(_setns(ctx.netns, CLONE_NEWNET))
+        if msg.get("mounts"):
+            step = "mounts"
+            if ctx.userns < 0:
+                raise OSError(errno.EPERM, f"tools run as uid {uid} cannot reach "
+                              f"{msg['mounts']['grants'][0][0]}, and no idmapped mount can "
+                              "be made here: serve with --run-as its owner, or grant a path "
+                              "that uid can reach")
+            idmap.apply(msg["mounts"], ctx.userns, uid)
+        if uid is not None:
+            step = "uid"
+            if _SYSNO is None:
+                raise OSError(errno.ENOSYS, f"uid switch unsupported on {os.uname().machine}")
+            gid = msg["gid"]
+            _check(_syscall3(_SYSNO[0], 0, 0, 0))
+            _check(_syscall3(_SYSNO[2], gid, gid, gid))
+            _check(_syscall3(_SYSNO[1], uid, uid, uid))
+        step = "cwd: " + msg["cwd"]
+        os.chdir(msg["cwd"])
+        if ruleset >= 0:
+            step = "landlock"
+            landlock.restrict_self(ruleset)  # sets no_new_privs first
+        elif msg.get("nnp"):
+            step = "no_new_privs"
+            _check(_libc.prctl(landlock.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+        if msg.get("nnp") and ctx.filter.available:
+            step = "seccomp"
+            ctx.filter.install()
+        step = "exec: " + msg["argv"][0]
+        pid = os.posix_spawn(
+            _find(msg["argv"][0], msg["env"]), msg["argv"], msg["env"], setsid=True,
+            file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(fds)],
+            setsigdef=_RESET_SIGNALS, setsigmask=())
+    except OSError as e:
+        why = e.strerror or str(e)
+        if e.errno == errno.EACCES and uid is not None:
+            why += (f" (tools run as uid {uid}: grant the path in the sandbox profile, "
+                    "or serve with --run-as a user who can reach it)")
+        raise OSError(e.errno or errno.EINVAL, f"{step}: {why}") from None
+    cpu = msg.get("rlimits", {}).get("cpu")
+    if cpu:  # from this thread, the tool's uid now: the init itself may lack the right
+        try:
+            resource.prlimit(pid, resource.RLIMIT_CPU, tuple(cpu))
+        except OSError:
+            pass  # it has ended already
+    return pid
+
+
+def _reap_until(tool: int, pidns: bool) -> int:
+    """Reap every child (orphans come to us) until the tool has ended, then end the rest;
+    the tool's wait status, once nothing of the run is left but us."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 0
+        if pid == tool:
+            break
+    if not pidns:
+        _kill_below()
+        return status
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:  # a child is still running:
+                os.kill(-1, signal.SIGKILL)  # from a namespace's pid 1: every other process
+                while True:
+                    os.waitpid(-1, 0)
+        except ProcessLookupError:
+            pass
+        except ChildProcessError:  # no child left, so no process: each has us as ancestor
+            return status
+
+
+def _kill_below() -> None:
+    """Without a PID namespace: kill what is left below us (orphans come to a subreaper),
+    round after round, until nothing is."""
+    me = os.getpid()
+    while True:
+        try:
+            with open(f"/proc/{me}/task/{me}/children", "rb") as f:
+                left = [int(p) for p in f.read().split()]
+        except OSError:
+            left = []
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for _ in left:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+
+
+def _close_all_but(keep: set[int]) -> None:
+    """Close every inherited fd (the launcher's: its socket, other inits', cached paths)."""
+    low = 3
+    for fd in sorted(k for k in keep if k >= 3):
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 20)
+
+
+def _receive(sock: socket.socket, buf: mmap.mmap) -> tuple[bytes, list[int]] | None:
+    try:
+        size, ancillary, _, _ = sock.recvmsg_into([buf], socket.CMSG_SPACE(MAX_FDS * 4),
+                                                  socket.MSG_CMSG_CLOEXEC)
+    except OSError:
+        return None
+    fds: list[int] = []
+    for level, kind, blob in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += list(memoryview(blob)[:len(blob) // 4 * 4].cast("i"))
+    if not size:
+        for fd in fds:
+            os.close(fd)
+        return None
+    return buf[:size], fds
+
+
+def _find(name: str, env: dict[str, str]) -> str:
+    """The program path, searched in the tool's PATH (not ours) when name has no slash."""
+    if "/" in name:
+        return name
+    for d in env.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":"):
+        candidate = os.path.join(d or ".", name)
+        if os.path.isfile(candidate):
+            return candidate
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
+
+
+if __name__ == "__main__":  # pragma: no cover - imported by the launcher only
+    sys.exit("toolsrv.run.runinit is part of the launcher")

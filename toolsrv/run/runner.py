@@ -1,0 +1,508 @@
+# toolsrv/run/runner.py — run one tool call confined, bounded and killable (the public API).
+#
+# Theory of operation.  Runner.run() checks the call may run (Landlock present, or the
+# profile is best_effort; an elevated call needs the broker's yes), takes a fresh private
+# directory from _Scratch, resolves the profile for this call, and hands a spawn request to
+# the zygote through the Launcher (toolsrv/run/launcher.py, toolsrv/run/zygote.py: a small process
+# started by Runner.start(); the server itself never forks).  The server keeps its ends of
+# the three pipes and pumps them from the event loop: stdin written without blocking, stdout
+# and stderr read in 64 KiB chunks into buffers capped per stream.  One deadline covers the
+# whole call.
+#
+# Every way a run can end early goes through the zygote's kill, which SIGKILLs the run's PID
+# namespace (or, without namespaces, its process group and adopted orphans): timeout, an
+# output cap hit, cancellation of the caller's task, close().  Invariants: the server holds
+# at most cap + 64 KiB per stream; a run's directory is removed only after the zygote has
+# reported the run's namespace empty (nothing is still writing in it); a cancelled run()
+# sends the kill before it re-raises CancelledError.
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import math
+import os
+import pwd
+import threading
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from toolsrv.run import landlock
+from toolsrv.run.elevation import request_approval
+from toolsrv.run.idmap import Planner
+from toolsrv.run.launcher import Launcher, LauncherDied, LaunchHandle
+from toolsrv.run.pumps import Collector, Feeder
+from toolsrv.record import Record
+from toolsrv.run.sandbox import Policy, Profile, landlock_status, missing_parts, placeholder_values
+from toolsrv.dirs.serverdir import ServerDir
+from toolsrv.dirs.trusted import Dir, open_dir
+
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+DEFAULT_RLIMITS = {"as": 8 << 30, "fsize": 1 << 30, "nofile": 4096, "core": 0, "nproc": 4096}
+DEFAULT_RUN_LIMITS = {"pids": 1024, "memory": 4 << 30}
+DRAIN_GRACE = 2.0  # seconds to reach EOF on the pipes after the run has ended or been killed
+
+
+class RunnerConfig(Record):
+    """Server-wide settings of the runner; a profile's general.timeout overrides timeout.
+
+    rlimits: name -> value (soft = hard) among cpu, as, fsize, nofile, core, nproc, data,
+    stack, memlock.  Without "cpu", each run gets ceil(timeout) + 1 CPU seconds."""
+    FIELDS = ("timeout", "stdout_cap", "stderr_cap", "run_as", "rlimits", "tmp_base",
+              "approval_timeout", "bypass_socket", "namespaces", "run_limits")
+
+    def __init__(self, timeout: float = 30.0, stdout_cap: int = 10 * 2**20,
+                 stderr_cap: int = 10 * 2**20, run_as: str | int | None = "nobody",
+                 rlimits: dict[str, int] | None = None, tmp_base: str | None = None,
+                 approval_timeout: float = 60.0, bypass_socket: str | None = None,
+                 namespaces: bool = True, run_limits: dict | None = None) -> None:
+        self.timeout = timeout
+        self.stdout_cap = stdout_cap
+        self.stderr_cap = stderr_cap
+        self.run_as = run_as            # used only when the server runs as root
+        self.rlimits: dict[str, int] = dict(DEFAULT_RLIMITS) if rlimits is None else rlimits
+        self.tmp_base = tmp_base        # per-call dirs go here; default: default_tmp_base()
+        self.approval_timeout = approval_timeout    # no answer from the broker in time means no
+        self.bypass_socket = bypass_socket  # used when the request's env has none
+                                            # (OLLIE_BYPASS_SOCKET)
+        self.namespaces = namespaces    # PID/network namespaces where the kernel allows;
+                                        # False: process groups
+        # A cgroup per run where one may be made: {"pids": N, "memory": bytes} bound the
+        # run as a whole ({"cgroups": False}: none); see toolsrv/run/cgroups.py.
+        self.run_limits = dict(DEFAULT_RUN_LIMITS) if run_limits is None else run_limits
+
+
+class RunRequest(Record):
+    """One tool call: the resolved command and everything it runs with."""
+    FIELDS = ("argv", "stdin", "cwd", "env", "profile", "tool_dir", "timeout", "elevated",
+              "context", "kill", "extra_fds")
+
+    def __init__(self, argv: list[str], stdin: bytes, cwd: str, env: dict[str, str],
+                 profile: Profile, tool_dir: str | None = None, timeout: float | None = None,
+                 elevated: bool = False, context: dict | None = None,
+                 kill: asyncio.Event | None = None, extra_fds: tuple[int, ...] = ()) -> None:
+        self.argv = argv
+        self.stdin = stdin
+        self.cwd = cwd
+        self.env = env
+        self.profile = profile
+        self.tool_dir = tool_dir
+        self.timeout = timeout
+        self.elevated = elevated
+        self.context: dict = {} if context is None else context
+        self.kill = kill                # set: kill the run, keep what it printed (cancelled)
+        self.extra_fds = extra_fds      # given to the tool as fds 3, 4, ... (caller keeps them)
+
+
+class RunResult(Record):
+    """How a run ended. error is set when it was refused or could not be launched."""
+    FIELDS = ("stdout", "stderr", "exit_code", "signal", "timed_out", "cancelled", "truncated",
+              "duration", "error", "timeout_used")
+
+    def __init__(self, stdout: bytes = b"", stderr: bytes = b"", exit_code: int | None = None,
+                 signal: int | None = None, timed_out: bool = False, cancelled: bool = False,
+                 truncated: str | None = None, duration: float = 0.0, error: str | None = None,
+                 timeout_used: float = 0.0) -> None:
+        self.stdout = stdout
+        self.stderr = stderr
+        self.exit_code = exit_code
+        self.signal = signal
+        self.timed_out = timed_out
+        self.cancelled = cancelled
+        self.truncated = truncated
+        self.duration = duration        # seconds from launch (after any approval) to the end
+        self.error = error
+        self.timeout_used = timeout_used
+
+
+class Runner:
+    """Runs tool calls through a pre-started launcher process; create one per server."""
+
+    def __init__(self, config: RunnerConfig | None = None) -> None:
+        self.config = config or RunnerConfig()
+        for name in self.config.rlimits:
+            if name not in ("cpu", "as", "fsize", "nofile", "core", "nproc", "data", "stack",
+                            "memlock"):
+                raise ValueError(f"rlimits: unknown limit {name!r}")
+        self.status = landlock_status()
+        self._uid = self._resolve_uid()
+        # A root server maps the grants its tools' uid cannot reach (toolsrv/run/idmap.py).
+        self.planner = Planner(*self._uid) if self._uid else None
+        self.launcher = Launcher(self._launcher_limits(), self.config.namespaces,
+                                 limits=self.config.run_limits, idmap=self._uid)
+        self.scratch = _Scratch(self.config.tmp_base, self._uid)
+        self._background: set[asyncio.Task[None]] = set()
+
+    def _launcher_limits(self) -> dict[str, int]:
+        """The server-wide rlimits, which the zygote takes on itself and passes to every tool.
+
+        The zygote must still work under them, hence floors; cpu is set per run instead."""
+        limits = {k: v for k, v in self.config.rlimits.items() if k != "cpu"}
+        for name, floor in (("nofile", 64), ("as", 256 << 20), ("data", 256 << 20),
+                            ("stack", 1 << 20), ("nproc", 64)):
+            if name in limits and limits[name] < floor:
+                raise ValueError(f"rlimits: {name} below {floor} would starve the launcher")
+        return limits
+
+    def _resolve_uid(self) -> tuple[int, int] | None:
+        who = self.config.run_as
+        if who is None or os.geteuid() != 0:
+            return None
+        try:
+            pw = pwd.getpwnam(who) if isinstance(who, str) else pwd.getpwuid(who)
+            return pw.pw_uid, pw.pw_gid
+        except KeyError:
+            if isinstance(who, int):
+                return who, who
+            raise ValueError(f"run_as: no such user {who!r}") from None
+
+    def tool_uid(self) -> tuple[int, int] | None:
+        """(uid, gid) tools run as, or None when the runner does not switch users."""
+        return self._uid
+
+    def summary(self) -> str:
+        """One line for the start-up log: Landlock parts and the containment in use."""
+        la = self.launcher
+        who = f"uid {self._uid[0]}" if self._uid else "the server's uid"
+        return (f"{self.status}; pid namespace per run: {'yes' if la.pidns else 'no'}; "
+                f"no-network netns: {'yes' if la.netns else 'no'}; "
+                f"per-run cgroup: {la.cgroups}; "
+                f"no ptrace in a run (seccomp): {'yes' if la.seccomp else 'no'}; "
+                + (f"idmapped grants: {la.idmap}; " if self._uid else "") +
+                f"tools run as {who}")
+
+    def check(self) -> None:
+        """Prove the scratch base ours now (trusted.open_dir); raises trusted.Untrusted."""
+        self.scratch.open()
+
+    async def start(self) -> None:
+        """Start the zygote (call early, while the server is small)."""
+        await self.launcher.ensure()
+        self.scratch.open()
+        self.scratch.sweep_later()
+        self.scratch.refill()
+
+    async def close(self) -> None:
+        """Kill every running run and stop the zygote."""
+        await self.launcher.close()
+        if self._background:
+            await asyncio.wait(self._background, timeout=5)
+        await self.scratch.close()
+
+    async def run(self, req: RunRequest) -> RunResult:
+        """Run one call to its end; see RunResult. Cancellation kills the run, then re-raises."""
+        t0 = time.monotonic()
+        timeout = req.timeout or req.profile.timeout or self.config.timeout
+        res = RunResult(timeout_used=timeout)
+        await self.launcher.ensure()
+        refusal = await self._refusal(req)
+        if refusal:
+            res.error, res.duration = refusal, time.monotonic() - t0
+            return res
+        t0 = time.monotonic()  # the deadline and the duration start here, after any approval
+        try:
+            tmpdir = await self.scratch.take()
+        except OSError as e:
+            res.error = f"sandbox: temporary directory (input/output error): {e}"
+            res.duration = time.monotonic() - t0
+            return res
+        if req.kill is not None and req.kill.is_set():   # stopped before it could start
+            self.scratch.release(tmpdir)
+            res.cancelled, res.duration = True, time.monotonic() - t0
+            return res
+        try:
+            policy = req.profile.resolve(placeholder_values(req.cwd, tmpdir, req.tool_dir))
+            handle = self.launcher.spawn(self._spawn_message(req, policy, tmpdir, timeout),
+                                         req.extra_fds)
+        except (OSError, LauncherDied, ValueError) as e:
+            self.scratch.release(tmpdir)
+            res.error = f"sandbox: launch failed (input/output error): {e}"
+            res.duration = time.monotonic() - t0
+            return res
+        try:
+            await self._pump(handle, req.stdin, t0 + timeout, res, req.kill)
+        except asyncio.CancelledError:
+            self.launcher.kill(handle)
+            handle.close_fds()
+            self._later(self._reap_then_remove(handle, tmpdir))
+            raise
+        self.scratch.release(tmpdir)
+        res.duration = time.monotonic() - t0
+        return res
+
+    async def _refusal(self, req: RunRequest) -> str | None:
+        if req.elevated:
+            sock = req.env.get("OLLIE_BYPASS_SOCKET") or self.config.bypass_socket
+            ask = {"session": req.context.get("session"), "agent": req.context.get("agent"),
+                   "tool": req.context.get("tool"), "args": req.context.get("args"),
+                   "cwd": req.cwd}
+            ok, reason = await request_approval(sock, ask, self.config.approval_timeout)
+            return None if ok else f"elevation denied (permission denied): {reason}"
+        missing = missing_parts(req.profile, self.status, self.launcher.netns)
+        if missing and not req.profile.best_effort:
+            return f"sandbox: landlock unavailable (not implemented): {'; '.join(missing)}"
+        return None
+
+    def _spawn_message(self, req: RunRequest, policy: Policy, tmpdir: str,
+                       timeout: float) -> dict:
+        env = {**policy.env, **req.env, "TMPDIR": tmpdir}
+        env.setdefault("PATH", DEFAULT_PATH)
+        cpu = self.config.rlimits.get("cpu", math.ceil(timeout) + 1)
+        rules = None
+        if not req.elevated and self.status.abi > 0:
+            tcp = policy.network != "unrestricted"
+            scope = landlock.SCOPE_SIGNAL | (0 if policy.network == "unrestricted"
+                                             else landlock.SCOPE_ABSTRACT_UNIX)
+            rules = {"abi": self.status.abi, "net": tcp, "scoped": scope, "cached": policy.fixed,
+                     "paths": [(p, landlock.ACCESS[a]) for p, a in policy.paths],
+                     "bind_tcp": list(policy.bind_tcp), "connect_tcp": list(policy.connect_tcp)}
+        uid = self._uid
+        mounts = None
+        if self.planner is not None:  # the private TMPDIR is the tool uid's own already
+            grants = [(p, a) for p, a in policy.paths if p != tmpdir]
+            mounts = self.planner.plan(grants)
+        return {"op": "spawn", "argv": list(req.argv), "env": env, "cwd": req.cwd,
+                "mounts": mounts,
+                "uid": uid[0] if uid else None, "gid": uid[1] if uid else None,
+                "rlimits": {"cpu": [cpu, cpu]}, "landlock": rules,
+                "netns": policy.network == "none" and not req.elevated,
+                "nnp": not req.elevated}
+
+    async def _pump(self, handle: LaunchHandle, stdin: bytes, deadline: float,
+                    res: RunResult, kill: asyncio.Event | None = None) -> None:
+        """Feed stdin, collect output, wait for the exit; fill res."""
+        out = Collector(handle.stdout, self.config.stdout_cap, lambda: self.launcher.kill(handle))
+        err = Collector(handle.stderr, self.config.stderr_cap, lambda: self.launcher.kill(handle))
+        feeder = Feeder(handle.stdin, stdin)
+        handle.taken()
+        try:
+            await self._wait_end(handle, out, err, deadline, res, kill)
+        finally:
+            out.stop()
+            err.stop()
+            feeder.stop()
+        res.stdout, res.stderr = out.value(), err.value()
+        res.truncated = "stdout" if out.overflow else "stderr" if err.overflow else None
+        res.cancelled = handle.killed and not res.timed_out and not res.truncated
+        if not handle.exited.done():
+            res.error = "sandbox: launcher lost the run (input/output error)"
+            return
+        status, error = handle.exited.result()
+        if status is not None:
+            code = os.waitstatus_to_exitcode(status)
+            res.exit_code, res.signal = (code, None) if code >= 0 else (None, -code)
+        if error and not res.error:
+            res.error = f"sandbox: launch failed (input/output error): {error}"
+
+    async def _wait_end(self, handle: LaunchHandle, out: Collector, err: Collector,
+                        deadline: float, res: RunResult,
+                        kill: asyncio.Event | None = None) -> None:
+        """Wait for exit and EOF on both pipes; kill on the deadline or when `kill` is
+        set (keeping what was printed); bounded drain after."""
+        waits = (handle.exited, out.done, err.done)
+        loop = asyncio.get_running_loop()
+        wake = loop.create_future()   # one wait for all three, the kill and the deadline
+
+        def check(_: Any = None) -> None:
+            if not wake.done() and (all(f.done() for f in waits)
+                                    or (kill is not None and kill.is_set())):
+                wake.set_result(None)
+
+        for f in waits:
+            f.add_done_callback(check)
+        killer = asyncio.ensure_future(kill.wait()) if kill is not None else None
+        if killer is not None:
+            killer.add_done_callback(check)
+        timer = loop.call_later(max(0.0, deadline - time.monotonic()),
+                                lambda: wake.done() or wake.set_result(None))
+        try:
+            check()
+            await wake
+        finally:
+            timer.cancel()
+            for f in waits:
+                f.remove_done_callback(check)
+            if killer is not None:
+                killer.cancel()
+        pending = {f for f in waits if not f.done()}
+        if handle.exited in pending:
+            killed = kill is not None and kill.is_set()
+            res.timed_out = not (out.overflow or err.overflow or killed)
+            self.launcher.kill(handle)
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=DRAIN_GRACE)
+        if handle.exited in pending:
+            await asyncio.wait({handle.exited}, timeout=DRAIN_GRACE)
+
+    async def _reap_then_remove(self, handle: LaunchHandle, tmpdir: str) -> None:
+        await asyncio.wait({handle.exited}, timeout=10)
+        self.scratch.release(tmpdir)
+
+    def _later(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+TMPFS_MAGIC = 0x01021994
+
+
+def _on_tmpfs(path: str) -> bool:
+    """True when path is on a tmpfs (memory: mkdir and rmdir take microseconds)."""
+    import ctypes
+    buf = ctypes.create_string_buffer(120)   # struct statfs; f_type is its first word
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.statfs(os.fsencode(path), buf) != 0:
+        return False
+    return ctypes.c_long.from_buffer(buf).value == TMPFS_MAGIC
+
+
+def default_tmp_base() -> str:
+    """Where per-call directories go: a tmpfs when the system has one we may use
+    ($XDG_RUNTIME_DIR, else /dev/shm) and that lets programs run from it (profiles grant
+    execute in {TMPDIR}), else the temporary directory."""
+    for d in (os.environ.get("XDG_RUNTIME_DIR"), "/dev/shm"):
+        if d and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK) and _on_tmpfs(d) \
+                and not os.statvfs(d).f_flag & (os.ST_NOEXEC | os.ST_RDONLY):
+            return os.path.join(d, f"toolsrv-{os.geteuid()}")
+    import tempfile
+    return os.path.join(tempfile.gettempdir(), f"toolsrv-{os.geteuid()}")
+
+
+class _Scratch:
+    """Private per-call directories (0700, owned by the tool's uid), handed out once, never
+    reused.  They are made in this server's own directory of the base (serverdir.py: held
+    by a lock while the server lives, swept by a later server once it is gone), and made,
+    chowned and removed through that directory's fd (trusted.py).  On a tmpfs (the default
+    base when there is one) mkdir and rmdir take microseconds, and are done on the event
+    loop: no thread hop per call.  On a disk they cost milliseconds (ext4 here: 0.3 ms
+    mkdir, 0.4-1.4 ms rmdir), so directories are made ahead of need and removed in worker
+    threads, and the loop never waits for them.  A directory the tool left files in is
+    removed by a worker thread either way."""
+
+    def __init__(self, base: str | None, owner: tuple[int, int] | None, ahead: int = 8,
+                 inline: bool | None = None) -> None:
+        self._base = base
+        self.owner, self.ahead = owner, ahead
+        self.ready: collections.deque[str] = collections.deque()
+        self.filling = False
+        self.pending: set[asyncio.Future[None]] = set()
+        self._checked = False
+        self._names = itertools.count(1)
+        self._inline = inline        # None: decided by the base's filesystem (open)
+        self.inline = False
+        self._check_lock = threading.Lock()
+        self.own: ServerDir | None = None
+        self.dir: Dir | None = None  # this server's directory in the base
+
+    def open(self) -> None:
+        """Once, before the first directory, in whichever thread gets there first: the
+        base proved ours, this server's directory in it claimed."""
+        if self._checked:
+            return
+        with self._check_lock:
+            if self._checked:
+                return
+            self.own = ServerDir(open_dir(self.base, 0o711))
+            self.dir = self.own.claim()
+            self.inline = _on_tmpfs(self.base) if self._inline is None else self._inline
+            self._checked = True
+
+    @property
+    def base(self) -> str:
+        """Where the directories go: the given base, else default_tmp_base(), found on
+        first use (nothing of it is needed to start serving)."""
+        if not self._base:
+            self._base = default_tmp_base()
+        return self._base
+
+    def _make(self) -> str:
+        self.open()
+        assert self.dir is not None
+        while True:   # names are ours alone: the directory is 0711 and owned by us
+            name = f"run-{next(self._names)}"
+            try:
+                path = self.dir.mkdir(name, 0o700)
+                break
+            except FileExistsError:
+                continue
+        if self.owner:
+            try:
+                self.dir.chown(name, *self.owner)
+            except OSError:
+                self.dir.rmdir(name)
+                raise
+        return path
+
+    def sweep(self) -> int:
+        """Remove the directories of servers that are gone (serverdir.py)."""
+        self.open()
+        assert self.own is not None
+        return self.own.sweep()
+
+    def sweep_later(self) -> None:
+        self._track(asyncio.get_running_loop().run_in_executor(None, self.sweep))
+
+    def _fill(self) -> None:
+        while len(self.ready) < self.ahead:
+            self.ready.append(self._make())
+
+    def _track(self, fut: asyncio.Future[None]) -> None:
+        def done(f: asyncio.Future[None]) -> None:
+            self.pending.discard(f)
+            if not f.cancelled():
+                f.exception()  # retrieved: a failed removal is not worth a warning
+
+        self.pending.add(fut)
+        fut.add_done_callback(done)
+
+    def refill(self) -> None:
+        if self.inline or self.filling or len(self.ready) > self.ahead // 2:
+            return
+        self.filling = True
+        fut = asyncio.get_running_loop().run_in_executor(None, self._fill)
+        fut.add_done_callback(lambda _: setattr(self, "filling", False))
+        self._track(fut)
+
+    async def take(self) -> str:
+        if self.inline and not self.ready:
+            return self._make()
+        try:
+            path = self.ready.popleft()
+        except IndexError:
+            made = asyncio.get_running_loop().run_in_executor(None, self._make)
+            try:
+                path = await asyncio.shield(made)
+            except asyncio.CancelledError:  # the caller is gone: the directory is not
+                made.add_done_callback(
+                    lambda f: None if f.cancelled() or f.exception() else self.release(f.result()))
+                raise
+        self.refill()
+        return path
+
+    def release(self, path: str) -> None:
+        d = self.dir
+        if d is None:
+            return
+        name = os.path.basename(path)
+        if self.inline:
+            try:
+                d.rmdir(name)         # the tool left nothing: one system call
+                return
+            except OSError:
+                pass
+        self._track(asyncio.get_running_loop().run_in_executor(None, d.remove, name))
+
+    async def close(self) -> None:
+        if self.pending:
+            await asyncio.wait(self.pending, timeout=10)
+        while self.ready:
+            self.release(self.ready.popleft())
+        if self.pending:
+            await asyncio.wait(self.pending, timeout=10)
+        if self.own is not None and not self.pending:   # no thread is using the fds
+            self.own.close()          # this server's directory, and whatever is left in it
+            self.own.base.close()
+            self.own = self.dir = None
+            self._checked = False

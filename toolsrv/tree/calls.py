@@ -1,0 +1,260 @@
+"""Tool calls: scheduling, the run itself, and what a call leaves behind.
+
+A `Call` is created when a `call` fid's JSON is complete and valid.  It is
+run by a task of its own, independent of the fid and the connection that
+wrote it (9pfuse clunks at once; `9p write` hangs up at once), and ends in
+the tool's latest `out`, `err` and `status`.
+
+Scheduling: calls of `readOnly` tools run as soon as a server-wide slot is
+free; other calls of one agent also take the agent's lock, so they run one
+at a time in the order they were written (asyncio.Lock is FIFO).  Different
+agents never wait for each other except for the server-wide limit; a call
+waiting for either is `queued`.  Killing (flush of the reading fid, `cancel`,
+`tool_unload`, removal of the agent or session, shutdown) cancels the task,
+and the runner kills the whole process group before the task ends.  A call
+ended that way is over, not interrupted: its readers get `cancelled (input/output
+error)`, EIO through 9pfuse, which no program retries; `interrupted` (EINTR) is
+only ever the answer to the flushed request itself (server.py).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from typing import Any, Callable
+
+from .. import errors as E
+from ..errors import P9Error, defuse
+from .jsonargs import fit
+from ..record import Plain
+from ..run.runner import RunRequest
+from ..run.sandbox import load_profile
+from .sessions import Agent
+
+log = logging.getLogger("toolsrv.calls")
+
+MiB = 1 << 20
+
+
+class Call(Plain):
+    FIELDS = ("tool", "agent", "args", "elevated", "state", "result", "reason", "started",
+              "duration", "done", "kill", "task", "stdin", "detail")
+
+    def __init__(self, tool: str, agent: Agent, args: dict, elevated: bool,
+                 state: str = "queued", result: Any = None, reason: str | None = None,
+                 started: float | None = None, duration: float = 0.0,
+                 done: asyncio.Event | None = None, kill: asyncio.Event | None = None,
+                 task: asyncio.Task | None = None, stdin: bytes | None = None,
+                 detail: str | None = None) -> None:
+        self.tool = tool
+        self.agent = agent
+        self.args = args
+        self.elevated = elevated
+        self.state = state      # queued running ok exit timeout killed invalid refused
+        self.result = result    # the runner's RunResult
+        self.reason = reason    # the Rerror a reader gets, None on success
+        self.started = time.monotonic() if started is None else started
+        self.duration = duration
+        self.done = asyncio.Event() if done is None else done
+        self.kill = asyncio.Event() if kill is None else kill   # set: end the run, keep output
+        self.task = task
+        self.stdin = stdin      # the args as the tool reads them; None: made from args
+        self.detail = detail    # the whole reason, for the log, when the Rerror cuts it
+        self.waiters: list[Callable[[], None]] = []   # called once the call has ended
+
+    @property
+    def stdout(self) -> bytes:
+        return self.result.stdout if self.result is not None else b""
+
+    @property
+    def stderr(self) -> bytes:
+        return self.result.stderr if self.result is not None else b""
+
+    def status_line(self) -> str:
+        if self.state in ("queued", "running"):
+            return f"{self.state} {time.monotonic() - self.started:.3f}s\n"
+        words = [self.state]
+        r = self.result
+        if self.state == "exit" and r is not None:
+            words.append(str(r.exit_code))
+        if self.state in ("invalid", "refused") and self.reason:
+            words = [f"{self.state}: {self.reason}"]
+        words.append(f"{self.duration:.3f}s")
+        if r is not None and r.truncated:
+            words.append(f"truncated {r.truncated}")
+        if r is not None and r.signal and self.state == "killed":
+            words.append(f"signal {r.signal}")
+        return " ".join(words) + "\n"
+
+
+def invalid_call(tool: str, agent: Agent, reason: str) -> Call:
+    c = Call(tool, agent, {}, False, state="invalid", reason=reason)
+    c.done.set()
+    return c
+
+
+def last_line(data: bytes) -> str:
+    for line in reversed(data.decode("utf-8", "replace").splitlines()):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def outcome(call: Call) -> None:
+    """Set state and reason from the runner's result."""
+    r = call.result
+    if call.kill.is_set() and (r.error or r.cancelled or r.exit_code != 0):
+        call.state, call.reason = "killed", E.ECANCELLED   # we stopped it
+    elif r.error:
+        call.state, call.reason = "refused", r.error
+    elif r.truncated:
+        call.state = "killed"
+        call.reason = f"output too long: {r.truncated} cut at {_size(r)}"
+    elif r.timed_out:
+        call.state, call.reason = "timeout", f"timeout after {r.timeout_used:g}s"
+    elif r.cancelled:
+        call.state, call.reason = "killed", E.ECANCELLED
+    elif r.exit_code == 0:
+        call.state, call.reason = "ok", None
+    elif r.exit_code is not None:
+        # toolsrv's words decide the errno (EIO): the tool's own, after them, are defused,
+        # or a tool's "no such file" would reach the shell as ENOENT (errors.defuse)
+        call.state = "exit"
+        why = last_line(r.stderr) or last_line(r.stdout)
+        head = f"exit {r.exit_code:d} (input/output error)"
+        call.reason = f"{head}: {defuse(why)}" if why else head
+        call.detail = f"{head}: {why}" if why else head
+    else:
+        call.state = "killed"
+        call.reason = f"killed by signal {r.signal or 0:d} (input/output error)"
+
+
+def _size(r: Any) -> str:
+    n = len(r.stdout if r.truncated == "stdout" else r.stderr)
+    return f"{n / MiB:g} MiB" if n >= MiB else f"{n} bytes"
+
+
+class Scheduler:
+    """Runs calls through the runner within the server-wide and per-agent limits."""
+
+    def __init__(self, runner: Any, registry: Any, max_runs: int = 16,
+                 max_queued: int = 1024, addr: str = "", connect: Any = None) -> None:
+        self.runner = runner
+        self.registry = registry
+        self.connect = connect     # async () -> socket connected to this server, or None
+        self.slots = asyncio.Semaphore(max_runs)
+        self.max_queued = max_queued
+        self.addr = addr
+        self.bypass = os.environ.get("OLLIE_BYPASS_SOCKET", "")   # passed on to every tool
+        self.live: set[Call] = set()
+
+    def start(self, call: Call, tool: Any, profile_name: str) -> None:
+        queued = sum(1 for c in self.live if c.state == "queued")
+        if queued >= self.max_queued:
+            raise P9Error(f"resource busy: too many queued calls (limit {self.max_queued})")
+        self.live.add(call)
+        call.task = asyncio.get_running_loop().create_task(self._run(call, tool, profile_name))
+        call.task.add_done_callback(lambda _: self._end(call))   # even if cancelled unstarted
+
+    async def _run(self, call: Call, tool: Any, profile_name: str) -> None:
+        a = call.agent
+        try:
+            if tool.read_only:
+                await self._slot_run(call, tool, profile_name)
+            else:
+                lock = a.extra.setdefault("lock", asyncio.Lock())   # lives with the agent
+                async with lock:
+                    await self._slot_run(call, tool, profile_name)
+        except asyncio.CancelledError:
+            if call.result is None:
+                call.state, call.reason = "killed", E.ECANCELLED
+        except P9Error as e:      # refused before the run: a bad profile, say
+            call.state, call.reason, call.detail = "refused", e.ename, e.full
+        except Exception as e:
+            log.exception("call of %s failed", call.tool)
+            why = fit("input/output error: ", str(e), "")
+            call.state, call.reason, call.detail = "refused", why, why.full
+        finally:
+            self._end(call)
+
+    def _end(self, call: Call) -> None:
+        """Once per call: it leaves the live set and wakes its readers."""
+        if call.done.is_set():
+            return
+        if call.state in ("queued", "running") and call.result is None:
+            call.state, call.reason = "killed", E.ECANCELLED   # never started
+        call.duration = time.monotonic() - call.started
+        self.live.discard(call)
+        call.done.set()
+        waiters, call.waiters = call.waiters, []
+        for fn in waiters:       # readers of the result: answered now, not a loop turn later
+            try:
+                fn()
+            except Exception:
+                log.exception("a reader of the call of %s failed", call.tool)
+        line = call.status_line().strip()
+        if call.detail and call.state == "refused":      # the whole reason, not the cut
+            line = line.replace(call.reason or "", call.detail, 1)
+        elif call.reason and call.state != "invalid":
+            line += f": {call.detail or call.reason}"
+        call.agent.note(f"call {call.tool} -> {line}")
+
+    async def _slot_run(self, call: Call, tool: Any, profile_name: str) -> None:
+        async with self.slots:
+            # a tool may declare the profile it needs (client_9p: "client9p")
+            declared = (getattr(tool, "extra", None) or {}).get("sandbox")
+            try:
+                profile = load_profile(declared if isinstance(declared, str) else profile_name)
+            except Exception as e:
+                raise P9Error(fit("sandbox: ", str(e))) from None
+            s = call.agent.session
+            env = {"OLLIE_TOOLS_PATH": ":".join(getattr(self.registry, "dirs", [])),
+                   "OLLIE_BYPASS_SOCKET": self.bypass,
+                   "PWD": s.cwd, "OLLIE_SESSION_ID": s.name, "OLLIE_AGENT": call.agent.name,
+                   "TOOLSRV_ADDR": self.addr}
+            conn = None
+            if getattr(profile, "toolsrv", False) and self.connect is not None:
+                conn = await self.connect(s.name, call.agent.name)
+                env["TOOLSRV_FD"] = "3"
+            try:
+                req = RunRequest(argv=list(tool.command.argv),
+                                 stdin=call.stdin if call.stdin is not None else
+                                 json.dumps(call.args).encode(), cwd=s.cwd, env=env,
+                                 profile=profile, tool_dir=tool.dir, elevated=call.elevated,
+                                 context={"session": s.name, "agent": call.agent.name,
+                                          "tool": call.tool, "args": call.args, "cwd": s.cwd},
+                                 kill=call.kill,
+                                 extra_fds=(conn.fileno(),) if conn is not None else ())
+                call.state = "running"
+                call.started = time.monotonic()
+                call.result = await self.runner.run(req)
+            finally:
+                if conn is not None:
+                    conn.close()
+            outcome(call)
+
+    def stop(self, call: Call) -> None:
+        """End one call: a running one is killed and keeps what it printed; a queued
+        one never starts."""
+        if call.state == "running":
+            call.kill.set()
+        elif call.task is not None:
+            call.task.cancel()
+
+    def kill(self, agent: Agent, tools: set[str] | None = None) -> int:
+        """Stop the agent's queued and running calls (of `tools`, or all)."""
+        n = 0
+        for c in list(self.live):
+            if c.agent is agent and (tools is None or c.tool in tools):
+                self.stop(c)
+                n += 1
+        return n
+
+    async def close(self) -> None:
+        tasks = [c.task for c in self.live if c.task]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=10)

@@ -1,0 +1,119 @@
+"""A call's args: JSON accumulated across Twrites, then validated.
+
+`json_state(text)` says whether the bytes so far are one complete JSON value,
+a prefix that may still become one (wait for more), or bytes that can no
+longer become valid JSON (fail now, naming where).  `validate(tool, args)`
+checks the object against the tool's schema with jsonschema and words the
+first error as `invalid args: <path>: <reason> (invalid argument)`, which
+9pfuse maps to EINVAL.  Compiled validators are cached per schema object.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+
+from ..errors import ERRMAX, P9Error
+
+_LITERALS = ("true", "false", "null")
+_NUMBER_TAIL = re.compile(r"-?[0-9]*\.?[0-9]*(?:[eE][-+]?[0-9]*)?\s*\Z")
+_validators: dict[int, tuple[Any, Any]] = {}
+
+SUFFIX = " (invalid argument)"
+
+
+class Fitted(str):
+    """What fit() gives: the text cut to fit, with the whole of it in `full` (which a
+    P9Error made of it keeps for the agent's log)."""
+    full: str
+
+
+def fit(prefix: str, detail: str, suffix: str = SUFFIX) -> Fitted:
+    """prefix + detail + suffix, with detail cut so the whole fits in ERRMAX."""
+    detail = " ".join(detail.split())
+    whole = prefix + detail + suffix
+    room = ERRMAX - 1 - len(prefix.encode()) - len(suffix.encode())
+    if len(detail.encode()) > room:
+        detail = detail.encode()[: max(room - 3, 0)].decode("utf-8", "ignore") + "..."
+    out = Fitted(prefix + detail + suffix)
+    out.full = whole
+    return out
+
+
+def json_state(text: str) -> tuple[str, Any]:
+    """("complete", value) | ("incomplete", None) | ("invalid", reason)."""
+    if not text.strip():
+        return "incomplete", None
+    try:
+        return "complete", json.loads(text)
+    except json.JSONDecodeError as e:
+        if _could_continue(text, e):
+            return "incomplete", None
+        return "invalid", f"line {e.lineno} column {e.colno}: {e.msg}"
+
+
+def _could_continue(text: str, e: json.JSONDecodeError) -> bool:
+    """True when the error is only that the text stops too early."""
+    rest = text[e.pos:]
+    if e.msg.startswith("Unterminated string"):
+        return True
+    if e.msg.startswith("Invalid \\uXXXX escape") or e.msg.startswith("Invalid \\escape"):
+        return len(text) - e.pos < 6 and "\"" not in text[e.pos:]
+    if e.msg == "Extra data":
+        return False
+    if not rest.strip():
+        return True                                  # "Expecting ..." at the end
+    word = rest.rstrip()
+    if any(lit.startswith(word) for lit in _LITERALS):
+        return True                                  # tru, fals, nu
+    # a number cut short: "1." "1e" "-" — json stops before the tail
+    head = text[:e.pos]
+    m = re.search(r"-?[0-9.eE+-]*\Z", head)
+    tail = (m.group(0) if m else "") + rest
+    return bool(_NUMBER_TAIL.match(tail)) and e.msg.startswith("Expecting")
+
+
+def validator(schema: dict) -> Any:
+    hit = _validators.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    import jsonschema     # here, not at start-up: it is a third of the server's imports
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    v = cls(schema)
+    _validators[id(schema)] = (schema, v)
+    if len(_validators) > 4096:
+        _validators.clear()
+    return v
+
+
+def error_path(err: Any) -> str:
+    out = ""
+    for p in err.absolute_path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def validate(tool: Any, args: dict) -> None:
+    """Raise P9Error naming the failing field when args do not fit the tool's schema.
+
+    Uses the tool's own compiled validator (the registry builds it for the
+    draft the schema declares), or compiles one for a bare schema."""
+    v = getattr(tool, "validator", None) or validator(tool.schema)
+    if v.is_valid(args):
+        return
+    from jsonschema.exceptions import best_match
+    err = best_match(v.iter_errors(args))
+    if err is not None:
+        where = error_path(err)
+        raise P9Error(fit("invalid args: ", (f"{where}: " if where else "") + err.message))
+
+
+def take_elevated(args: dict) -> bool:
+    """Remove "elevated" from args; True when it asks to run outside the sandbox."""
+    if "elevated" not in args:
+        return False
+    v = args.pop("elevated")
+    if not isinstance(v, bool):
+        raise P9Error(fit("invalid args: ", "elevated: must be true or false"))
+    return v

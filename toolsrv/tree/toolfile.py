@@ -1,0 +1,386 @@
+"""An agent's files: ctl, log, schemas and tools/<tool>/{call,out,err,status}.
+
+Everything that can fail does so on the Twrite (9pfuse drops clunk errors):
+a ctl line runs on the write that completes it, and a call's JSON is
+validated and started on the write that completes it.  JSON still incomplete
+after a Twrite that ends a line and is shorter than CHUNK_WAIT (a whole
+write(2): 9pfuse sends longer ones in 4 KiB pieces) fails on that Twrite:
+`echo '{"a": ' > call` is an error the shell sees; only a value left
+incomplete without a newline is reported at close, in status and log.  Every
+error is in the agent's log whole (P9Error.full), the Rerror's cut aside.  A read of `call` on
+the fid that wrote waits for the end of that call (a Later the server can
+flush: flushing it kills the run); a fid that wrote nothing reads end of file
+at once, as plan9port's `9p rdwr` needs.  Reads of ctl and call slice a
+per-fid snapshot of the answer by offset (tree.answer_read: it starts at 0, or
+where the fid's writes ended, as a descriptor's reads after its writes come).
+`out` and `err` are the latest call's streams and wait while it runs; `status`
+never waits.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, NoReturn
+
+from . import ctl
+from .calls import Call, Scheduler, invalid_call
+from ..errors import P9Error
+from .fs import AgentDir, after_save, json_text
+from .jsonargs import fit, json_state, take_elevated, validate
+from .sessions import Agent
+from .node import Dir_, FixedDir, Node, Pending, TextFile, answer_read, answered, snapshot_read
+
+CHUNK_WAIT = 4096   # a Twrite this long may be one piece of a longer write(2) (9pfuse's
+                    # pieces are 4 KiB): its line, or its JSON, may continue in the next
+MAX_ARGS = 1 << 20  # bytes of JSON args one call may write (default of --max-args)
+MAX_CTL_LINE = 1 << 16  # bytes of one ctl line
+
+
+class Calls:
+    """The call-file layer: builds agent directories, owns the scheduler."""
+
+    def __init__(self, app: Any) -> None:
+        self.registry = app.registry
+        self.store = app.store
+        addr = str(app.addrs[0]) if getattr(app, "addrs", None) else ""
+        self.sched = Scheduler(app.runner, app.registry, max_runs=app.opts.max_runs,
+                               max_queued=getattr(app.opts, "max_queued", 1024), addr=addr,
+                               connect=getattr(app, "internal_connection", None))
+        self.max_args = getattr(app.opts, "max_args", MAX_ARGS)
+        self.store.on_remove_agent.append(lambda a: self.sched.kill(a))
+
+    NAMES = ("ctl", "log", "schemas", "tools")   # an agent's files (fs.AgentDir)
+
+    def entry(self, d: AgentDir, name: str, q: int) -> Node:
+        """The agent file `name`, with qid path q."""
+        a = d.a
+        if name == "tools":
+            return AgentToolsDir("tools", q, d, lambda td: self._tool_dirs(td, d),
+                                 lambda td, n: self._tool_dir(td, d, n))
+        if name == "ctl":
+            return CtlFile("ctl", q, d, self, a)
+        if name == "log":
+            return TextFile("log", q, d, lambda: bytes(a.log),
+                            append=True, quiet_remove=True)
+        return TextFile("schemas", q, d, lambda: json_text(self.schemas(a)),
+                        quiet_remove=True)
+
+    def _tool_dirs(self, td: AgentToolsDir, d: AgentDir) -> list[Node]:
+        return [n for n in (self._tool_dir(td, d, name) for name in d.a.loaded)
+                if n is not None]
+
+    def _tool_dir(self, td: AgentToolsDir, d: AgentDir, name: str) -> Node | None:
+        if name not in d.a.loaded or self.registry.get(name) is None:
+            return None
+        node = td.kept.get(name)                 # kept by the directory: see node.py
+        if node is None:
+            node = td.kept[name] = ToolCallDir(name, d.key("tool", name), td, self, d.a, d)
+        return node
+
+    def schemas(self, a: Agent) -> list[dict]:
+        out = []
+        for n in a.loaded:
+            t = self.registry.get(n)
+            if t is not None:
+                out.append({"name": n, "description": t.description, "prompt": t.prompt,
+                            "parameters": t.schema, "tier": t.tier, "readOnly": t.read_only})
+        return out
+
+    def latest(self, a: Agent) -> dict[str, Call]:
+        return a.extra.setdefault("latest", {})
+
+    # -- ctl --
+    def apply(self, a: Agent, text: str) -> Any:
+        """Check every command of one write, then apply them all, or raise; the save's
+        outcome (sessions.SessionStore.changed: with a writer, a future of it)."""
+        try:
+            cmds = ctl.parse(text)
+            loaded = set(a.loaded)               # as it will be when each line runs
+            for verb, names in cmds:
+                for n in names:
+                    if verb == "tool_load" and self.registry.get(n) is None:
+                        raise P9Error(fit("tool_load: ", f"no such tool: {n}", ""))
+                    if verb != "tool_load" and n not in loaded:
+                        raise P9Error(fit(f"{verb}: ", f"no such tool loaded: {n}", ""))
+                loaded = (loaded | set(names) if verb == "tool_load" else
+                          loaded - set(names) if verb == "tool_unload" else loaded)
+        except P9Error as e:
+            a.note(f"ctl {text.strip()!r} -> error: {e.full}")
+            raise
+        for verb, names in cmds:
+            if verb == "tool_load":
+                a.loaded += [n for n in dict.fromkeys(names) if n not in a.loaded]
+            elif verb == "tool_unload":
+                self.sched.kill(a, set(names))
+                a.loaded[:] = [n for n in a.loaded if n not in names]
+            else:
+                self.sched.kill(a, set(names))
+            a.note(f"ctl {verb} {' '.join(names)} -> ok")
+        if any(v != "cancel" for v, _ in cmds):
+            return self.store.changed(a.session)   # not undone if unsaved, as before
+        return None                               # nothing to save
+
+    # -- call --
+    def begin(self, a: Agent, tool_name: str, args: Any) -> Call:
+        """Validate args and start the call, or raise the Rerror for the writer."""
+        tool = self.registry.get(tool_name)
+        if tool is None or tool_name not in a.loaded:
+            raise P9Error(f"no such tool: {tool_name}")
+        try:
+            if not isinstance(args, dict):
+                raise P9Error(fit("invalid args: ", "must be a JSON object"))
+            elevated = take_elevated(args)
+            validate(tool, args)
+        except P9Error as e:
+            self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
+            a.note(f"call {tool_name} {_short(args)} -> {e.full}")
+            raise
+        text = _to_json(args)       # the log line's, and the tool's stdin
+        c = Call(tool_name, a, args, elevated)
+        try:
+            c.stdin = text.encode()
+        except UnicodeEncodeError:       # a lone surrogate ("\ud800"): stdin escapes it
+            c.stdin = json.dumps(args).encode()
+        self.sched.start(c, tool, a.session.sandbox)
+        self.latest(a)[tool_name] = c
+        a.note(f"call {tool_name} {_clip(text)}{' elevated' if elevated else ''} -> started")
+        return c
+
+    async def close(self) -> None:
+        await self.sched.close()
+
+
+_to_json = json.JSONEncoder(ensure_ascii=False).encode   # json.dumps would make one a call
+
+
+def _short(args: Any) -> str:
+    return _clip(_to_json(args))
+
+
+def _clip(s: str) -> str:
+    return s if len(s) <= 200 else s[:197] + "..."
+
+
+TOOL_FILES = ("call", "out", "err", "status")
+
+
+class CtlFile(Node):
+    perm = 0o666
+
+    def __init__(self, name: str, qpath: int, parent: Node, calls: Calls, a: Agent) -> None:
+        super().__init__(name, qpath, parent)
+        self.calls, self.a = calls, a
+
+    def _text(self) -> bytes:
+        return "".join(f"{n}\n" for n in self.a.loaded).encode()
+
+    def length(self) -> int:
+        return len(self._text())
+
+    def read(self, fid: Any, offset: int, count: int) -> bytes:
+        return answer_read(fid, self._text, offset, count)
+
+    def write(self, fid: Any, offset: int, data: bytes) -> int:
+        buf = fid.aux.pop("ctlbuf", b"") + data
+        if not buf.endswith(b"\n") and len(data) >= CHUNK_WAIT:
+            cut = buf.rfind(b"\n") + 1          # run whole lines, keep the rest for later
+            fid.aux["ctlbuf"], buf = buf[cut:], buf[:cut]
+            if len(fid.aux["ctlbuf"]) > MAX_CTL_LINE:
+                del fid.aux["ctlbuf"]
+                self._refuse(P9Error(f"ctl: line longer than {MAX_CTL_LINE} bytes: too long"))
+        try:
+            text = buf.decode()
+        except UnicodeDecodeError:
+            self._refuse(P9Error("ctl: illegal UTF-8"))
+        saved = self.calls.apply(self.a, text) if text.strip() else None   # or raise
+        answered(fid, offset + len(data))        # applied: the next read answers afresh
+        return after_save(saved, lambda _: len(data))
+
+    def _refuse(self, e: P9Error) -> NoReturn:
+        self.a.note(f"ctl -> error: {e.full}")
+        raise e
+
+    def truncate(self, fid: Any) -> None:
+        fid.aux.pop("ctlbuf", None)
+
+    def remove(self) -> None:
+        return None
+
+
+class ToolCallDir(FixedDir):
+    """agent/<name>/tools/<tool>/: present while the tool is loaded and in the registry."""
+
+    NAMES = TOOL_FILES
+
+    def __init__(self, name: str, qpath: int, parent: Node, calls: Calls, a: Agent,
+                 d: AgentDir) -> None:
+        super().__init__(name, qpath, parent)
+        self.calls, self.a = calls, a
+        self.tool = name
+        self._q = [d.key("tool", name, n) for n in TOOL_FILES]
+
+    def alive(self) -> bool:
+        return (self.a.alive and self.tool in self.a.loaded
+                and self.calls.registry.get(self.tool) is not None)
+
+    def paths(self) -> list[int]:
+        return self._q
+
+    def make(self, name: str, q: int) -> Node:
+        if name == "call":
+            return CallFile("call", q, self)
+        if name == "status":
+            return TextFile("status", q, self, self._status, quiet_remove=True)
+        return StreamFile(name, q, self, "stdout" if name == "out" else "stderr")
+
+    def latest(self) -> Call | None:
+        return self.calls.latest(self.a).get(self.tool)
+
+    def _status(self) -> bytes:
+        c = self.latest()
+        return c.status_line().encode() if c else b"idle\n"
+
+    def remove(self) -> None:
+        return None
+
+
+class CallFile(Node):
+    """Write JSON args; read the result of that call on the same fid."""
+
+    perm = 0o666
+    parent: ToolCallDir
+
+    def write(self, fid: Any, offset: int, data: bytes) -> int:
+        n = self._take(fid, data)
+        answered(fid, offset + n)
+        return n
+
+    def _take(self, fid: Any, data: bytes) -> int:
+        d = self.parent
+        if "call" in fid.aux:       # the call made stays the latest: only the log hears
+            self._refuse(P9Error("call: already made on this open file; open call again "
+                                 "(in use)"), latest=False)
+        buf = fid.aux.setdefault("argbuf", bytearray())
+        buf += data
+        if len(buf) > d.calls.max_args:
+            del fid.aux["argbuf"]
+            self._refuse(P9Error(f"invalid args: longer than {d.calls.max_args} bytes: too long"))
+        try:
+            text = buf.decode()
+        except UnicodeDecodeError as e:
+            if e.reason == "unexpected end of data":   # a character cut between Twrites
+                return len(data)
+            del fid.aux["argbuf"]
+            self._refuse(P9Error(fit("invalid args: ", "not UTF-8")))
+        state, val = json_state(text)
+        if state == "incomplete":
+            if not (data.endswith(b"\n") and len(data) < CHUNK_WAIT):
+                return len(data)     # more may come; a line ended means the writer is done
+            state, val = "invalid", f"incomplete JSON at end of line: {text[-60:]!r}"
+        del fid.aux["argbuf"]
+        if state == "invalid":
+            self._refuse(P9Error(fit("invalid args: ", val)))
+        fid.aux["call"] = d.calls.begin(d.a, d.tool, val)
+        return len(data)
+
+    def _refuse(self, e: P9Error, latest: bool = True) -> NoReturn:
+        """Fail this Twrite: the latest call of the tool becomes this invalid one (unless
+        `latest` is False) and the log gets the whole reason."""
+        d = self.parent
+        if latest:
+            d.calls.latest(d.a)[d.tool] = invalid_call(d.tool, d.a, e.ename)
+        d.a.note(f"call {d.tool} -> {e.full}")
+        raise e
+
+    def truncate(self, fid: Any) -> None:
+        fid.aux.pop("argbuf", None)
+
+    def clunk(self, fid: Any) -> None:
+        """JSON left incomplete when the writer closes is reported, not lost."""
+        buf = fid.aux.get("argbuf")
+        if buf and "call" not in fid.aux:
+            d = self.parent
+            why = fit("invalid args: ", f"incomplete JSON discarded at close: {bytes(buf)[:60]!r}")
+            d.calls.latest(d.a)[d.tool] = invalid_call(d.tool, d.a, why)
+            d.a.note(f"call {d.tool} -> {why}")
+
+    def read(self, fid: Any, offset: int, count: int) -> Any:
+        call: Call | None = fid.aux.get("call")
+        if call is None:
+            return b""
+        if call.done.is_set():
+            return _result(fid, call, offset, count)
+        sched = self.parent.calls.sched
+        p = Pending(lambda: sched.stop(call))    # a flush of this read kills the run
+
+        def ended() -> None:
+            try:
+                p.give(_result(fid, call, offset, count))
+            except P9Error as e:
+                p.fail(e)
+        call.waiters.append(ended)
+        return p
+
+    def remove(self) -> None:
+        return None
+
+
+def _result(fid: Any, call: Call, offset: int, count: int) -> bytes:
+    if call.reason is not None:
+        raise P9Error(call.reason)
+    return answer_read(fid, lambda: call.stdout, offset, count)
+
+
+class QuietDir(Dir_):
+    """A directory inside an agent: Tremove succeeds and does nothing (rm -r)."""
+
+    def remove(self) -> None:
+        return None
+
+
+class AgentToolsDir(QuietDir):
+    """agent/<name>/tools/: a walk builds only the tool directory it names."""
+
+    def __init__(self, name: str, qpath: int, parent: Node, entries: Any, one: Any) -> None:
+        super().__init__(name, qpath, parent, entries)
+        self._one = one
+        self.kept: dict[str, Node] = {}     # the tool directories built, by name
+
+    def lookup(self, name: str) -> Node | None:
+        return self._one(self, name)
+
+
+class StreamFile(Node):
+    """out or err: the latest call's stream; waits while that call runs."""
+
+    parent: ToolCallDir
+
+    def __init__(self, name: str, qpath: int, parent: ToolCallDir, stream: str) -> None:
+        super().__init__(name, qpath, parent)
+        self.stream = stream
+
+    def _data(self, call: Call | None) -> bytes:
+        return getattr(call, self.stream) if call is not None else b""
+
+    def length(self) -> int:
+        return len(self._data(self.parent.latest()))
+
+    def read(self, fid: Any, offset: int, count: int) -> Any:
+        if offset and "snapshot" in fid.aux:
+            return fid.aux["snapshot"][offset:offset + count]
+        call = self.parent.latest()
+        if call is None or call.done.is_set():
+            return snapshot_read(fid, lambda: self._data(call), offset, count)
+
+        def ended() -> None:       # the call's end answers the read (no task per reader)
+            fid.aux["snapshot"] = data = self._data(call)
+            p.give(data[offset:offset + count])
+
+        def flushed() -> None:     # a flushed read leaves the run alone, and no waiter behind
+            if ended in call.waiters:
+                call.waiters.remove(ended)
+        p = Pending(flushed)
+        call.waiters.append(ended)
+        return p
+
+    def remove(self) -> None:
+        return None
