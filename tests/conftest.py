@@ -2,10 +2,22 @@
 
 Tests marked `slow` (the long fuzz and load runs) run only when `-m slow`
 selects them (make test-slow); a plain `pytest` skips them, saying how to run them.
+
+The tests live in folders that mirror the package's (tests/serve/, tests/tree/, ...);
+the helpers they share (apphelpers.py, fakes.py, shellhelpers.py) stay here, in tests/,
+which is put on sys.path for them.  The sandbox's helpers are in tests/tools/, which
+the tests that use them add themselves.
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.common import FakeTransport as RecordingTransport  # noqa: F401 (keeps every write)
-from toolsrv.fs import ToolsrvFS
-from toolsrv.server import ServerConfig
-from toolsrv.sessions import SessionStore
-from toolsrv.transport import NinePProtocol, listen
-from toolsrv import dial
+from toolsrv.tree.fs import ToolsrvFS
+from toolsrv.serve.server import ServerConfig
+from toolsrv.tree.sessions import SessionStore
+from toolsrv.serve.transport import NinePProtocol, listen
+from toolsrv.serve import dial
 
 
 @dataclass
@@ -87,7 +87,7 @@ class FakeRunner:
         self.requests: list = []
 
     async def run(self, req: Any) -> Any:
-        from toolsrv.runner import RunResult
+        from toolsrv.run.runner import RunResult
         self.requests.append(req)
         if b"fail" in req.stdin:
             return RunResult(stdout=b"", stderr=b"it failed\n", exit_code=2, duration=0.001)
@@ -101,7 +101,7 @@ def make_fs(tmp: str, registry: Any = None, revwait_timeout: float = 5.0,
     fs = ToolsrvFS(registry or FakeRegistry(), store, revwait_timeout=revwait_timeout)
     if runner is not None:
         from types import SimpleNamespace
-        from toolsrv.toolfile import Calls
+        from toolsrv.tree.toolfile import Calls
         app = SimpleNamespace(registry=fs.registry, store=store, runner=runner,
                               opts=SimpleNamespace(max_runs=4), addrs=[])
         fs.agent_files = Calls(app)

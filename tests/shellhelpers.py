@@ -24,7 +24,7 @@ TOOLSRV = [sys.executable, "-m", "toolsrv"]
 
 def fuse_missing() -> str | None:
     """Why a 9pfuse mount cannot be made here, or None."""
-    from toolsrv.mount import find_9pfuse
+    from toolsrv.cli.mount import find_9pfuse
     if find_9pfuse() is None:
         return ("9pfuse not found (on PATH, or in $PLAN9/bin, PLAN9 defaulting to "
                 "/usr/local/plan9): build plan9port to run the tests through a real mount")

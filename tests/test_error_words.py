@@ -3,7 +3,7 @@
 9pfuse turns an Rerror into an errno by looking up the words of its table
 (plan9port src/cmd/9pfuse/errstr.c, `errors.errno_for`); a string with none of
 them reaches the shell as ERANGE, "Numerical result out of range".  The test
-does not list the strings: it reads toolsrv/*.py and finds every place an
+does not list the strings: it reads toolsrv/**/*.py and finds every place an
 error string is made for a reply, follows the value back to the literals and
 f-strings it is built from, and checks each:
 
@@ -66,7 +66,7 @@ class Fit:
 
 
 def fill(parts: list | tuple, long: str) -> str:
-    from toolsrv.jsonargs import fit
+    from toolsrv.tree.jsonargs import fit
     out = ""
     for p in parts:
         if isinstance(p, Hole):
@@ -116,8 +116,9 @@ class Scan:
     """The sinks of every module of the package and the templates that reach them."""
 
     def __init__(self, directory: str = PKG, package: str = "toolsrv") -> None:
-        self.mods = [Module(os.path.join(directory, f), package)
-                     for f in sorted(os.listdir(directory)) if f.endswith(".py")]
+        self.mods = [Module(os.path.join(d, f), _package(directory, package, d))
+                     for d, _, files in sorted(os.walk(directory))
+                     for f in sorted(files) if f.endswith(".py")]
         self.functions: dict[str, list[tuple[Module, ast.AST]]] = {}
         for m in self.mods:
             for node in ast.walk(m.tree):
@@ -258,7 +259,7 @@ class Scan:
     def _call(self, m: Module, e: ast.Call) -> list[list]:
         name = _callee(e)
         if name == "fit":                     # jsonargs.fit(prefix, detail, suffix=SUFFIX)
-            from toolsrv.jsonargs import SUFFIX
+            from toolsrv.tree.jsonargs import SUFFIX
             args = list(e.args) + [kw.value for kw in e.keywords]
             parts = [self.part(m, a) for a in args[:3]]
             if len(args) < 3:
@@ -338,6 +339,12 @@ class Scan:
         return out
 
 
+def _package(top: str, package: str, d: str) -> str:
+    """The dotted name of directory d, a folder of the package `package` at `top`."""
+    rel = os.path.relpath(d, top)
+    return package if rel == "." else ".".join([package, *rel.split(os.sep)])
+
+
 def _callee(call: ast.Call) -> str | None:
     f = call.func
     return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
@@ -359,7 +366,7 @@ def test_the_scan_follows_every_error_it_finds():
     assert SCAN.unfollowed == []
     files = {t.where.split(":")[0] for t in SCAN.templates}
     for f in ("server.py", "toolfile.py", "calls.py", "runner.py", "sessions.py", "ctl.py",
-              "transport.py", "fs.py", "tree.py", "auth.py", "app.py", "jsonargs.py"):
+              "transport.py", "fs.py", "node.py", "auth.py", "app.py", "jsonargs.py"):
         assert f in files, f"no error strings found in {f}: the scan lost its way"
     assert SCAN.sinks > 100 and len(SCAN.templates) > 100
 
@@ -372,7 +379,7 @@ def _bad(scan: Scan) -> list[str]:
 
 FAKE = '''\
 from toolsrv.errors import P9Error
-from toolsrv.jsonargs import fit
+from toolsrv.tree.jsonargs import fit
 
 
 def refusal(x) -> str:

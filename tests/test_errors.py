@@ -65,7 +65,7 @@ def test_a_reply_that_cannot_be_encoded_becomes_an_internal_error(caplog):
     """Defence in depth behind the escaping above: the client gets an answer for its tag,
     the log gets the reason, the connection lives on."""
     from proto import Rerror, decode
-    from toolsrv.transport import NinePProtocol
+    from toolsrv.serve.transport import NinePProtocol
 
     class Transport:
         out: list = []

@@ -10,8 +10,9 @@ import pytest
 
 from toolsrv.record import Frozen, Plain, Record, replace
 
-MODULES = ["app", "calls", "dial", "fid", "metafile", "registry", "resolve", "runner",
-           "sandbox", "server", "sessions", "transport"]
+MODULES = ["app", "tree.calls", "serve.dial", "serve.fid", "registry.metafile",
+           "registry.registry", "registry.resolve", "run.runner", "run.sandbox", "serve.server",
+           "tree.sessions", "serve.transport"]
 
 
 def record_classes() -> list[type]:

@@ -175,7 +175,7 @@ def test_sigterm_is_graceful(tmp_path):
 def test_one_verb_parser_parses_as_the_full_one(argv, capsys):
     """main() builds only the verb's subcommand (start-up time); the result, the help
     and every error must read exactly as the full parser's."""
-    from toolsrv.__main__ import build_parser, parse
+    from toolsrv.cli.command import build_parser, parse
 
     def outcome(fn):
         try:
@@ -197,7 +197,7 @@ def test_serve_imports_asyncio_without_ssl_and_ssl_still_imports():
     TLS transport says so), and a later `import ssl` gets the real module."""
     r = _python(
         "import sys\n"
-        "from toolsrv.__main__ import import_asyncio_without_ssl as f\n"
+        "from toolsrv.cli.command import import_asyncio_without_ssl as f\n"
         "f()\n"
         "assert 'ssl' not in sys.modules, sys.modules.get('ssl', 'absent')\n"
         "import asyncio, asyncio.base_events as b, asyncio.sslproto as p\n"
@@ -223,7 +223,7 @@ def test_asyncio_keeps_ssl_when_imported_before(first):
     """Nothing changes in a process that imported ssl or asyncio already."""
     r = _python(
         f"import {first}\n"
-        "from toolsrv.__main__ import import_asyncio_without_ssl as f\n"
+        "from toolsrv.cli.command import import_asyncio_without_ssl as f\n"
         "f()\n"
         "import asyncio.base_events as b, ssl\n"
         "assert b.ssl is ssl\n")
@@ -254,7 +254,7 @@ def test_serve_on_uvloop():
 def test_serve_parsed_without_argparse_as_argparse_parses_it(words, capsys):
     """parse_serve, the argparse-free parse of `serve` (start-up time), either gives what
     argparse gives or leaves the words to argparse."""
-    from toolsrv.__main__ import build_parser, parse_serve
+    from toolsrv.cli.command import build_parser, parse_serve
     fast = parse_serve(words)
     try:
         full = vars(build_parser().parse_args(["serve", *words]))
@@ -266,7 +266,7 @@ def test_serve_parsed_without_argparse_as_argparse_parses_it(words, capsys):
 
 def test_serve_options_are_all_parsed_without_argparse():
     """Every option of `serve`, given in full with a plain value, takes the fast path."""
-    from toolsrv.__main__ import SERVE_OPTIONS, parse_serve
+    from toolsrv.cli.command import SERVE_OPTIONS, parse_serve
     words: list[str] = []
     for flags, kw in SERVE_OPTIONS:
         words.append(flags[-1])

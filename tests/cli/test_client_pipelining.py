@@ -1,4 +1,4 @@
-"""toolsrv.client against a scripted 9P peer: what rdwr sends and what it waits for.
+"""toolsrv.cli.client against a scripted 9P peer: what rdwr sends and what it waits for.
 
 The peer answers on a socketpair from a thread; it holds back its Rclunks until the test
 lets them go, so the test sees that rdwr returns without them and that a fid whose clunk
@@ -13,7 +13,7 @@ from proto import (
     Framer, Qid, Rattach, Rclunk, Ropen, Rread, Rversion, Rwalk, Rwrite, Tattach, Tclunk,
     Topen, Tread, Tversion, Twalk, Twrite, encode,
 )
-from toolsrv.client import Client
+from toolsrv.cli.client import Client
 
 
 class Peer(threading.Thread):

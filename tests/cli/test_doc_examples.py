@@ -58,7 +58,7 @@ def blocks(path: str, lang: str | None = None) -> list[Block]:
 # ------------------------------------------------------------------ YAML and JSON
 
 def test_yaml_blocks_are_valid_profiles():
-    from toolsrv.sandbox import parse_profile
+    from toolsrv.run.sandbox import parse_profile
     found = [b for d in DOCS for b in blocks(d, "yaml")]
     assert found
     for b in found:
@@ -66,7 +66,7 @@ def test_yaml_blocks_are_valid_profiles():
 
 
 def test_json_blocks_are_valid_meta_files_or_args():
-    from toolsrv.metafile import FIELDS, parse_meta
+    from toolsrv.registry.metafile import FIELDS, parse_meta
     found = [b for d in DOCS for b in blocks(d, "json")]
     assert found
     for b in found:

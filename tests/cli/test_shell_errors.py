@@ -16,7 +16,7 @@ import pytest
 from py9p import ORDWR, OWRITE, RemoteError
 
 from apphelpers import AppThread, add_tool, tools_dir
-from test_calls import _fids, agent, connect, read, rdwr
+from py9phelpers import _fids, agent, connect, read, rdwr
 from toolsrv.errors import errno_for
 
 COMPLAIN = """\

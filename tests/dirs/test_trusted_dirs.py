@@ -22,12 +22,13 @@ import time
 
 import pytest
 
-from toolsrv import dial, trusted
-from toolsrv.client import Client, ClientError
+from toolsrv.serve import dial
+from toolsrv.dirs import trusted
+from toolsrv.cli.client import Client, ClientError
 
-from test_limits import wait_for
+from serverhelpers import wait_for
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOLS = os.path.join(REPO, "data", "tools")
 NOBODY = 65534
 BASE = f"/var/tmp/toolsrv.{os.geteuid()}"

@@ -28,7 +28,7 @@ from proto import Framer, Malformed, ProtocolError, decode, encode, format_msg, 
 
 from test_codec import SAMPLES, messages
 
-CORPUS = pathlib.Path(__file__).parent / "corpus" / "codec"
+CORPUS = pathlib.Path(__file__).parent.parent / "corpus" / "codec"
 MSIZE = 8192 + 24
 COUNTS = {"mutated": 0, "chunked": 0, "framer_bound": 0, "corpus": 0}
 

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from toolsrv.client import Client, ClientError
+from toolsrv.cli.client import Client, ClientError
 
 from apphelpers import AppThread
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOLS = ["file_read", "file_write", "file_edit", "file_glob", "file_grep", "memory_remember",
          "memory_recall", "json_value", "system_logs", "client_9p"]
 

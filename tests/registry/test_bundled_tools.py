@@ -26,7 +26,7 @@ from jsonschema import Draft202012Validator
 
 from toolsrv.errors import errno_for
 
-TOOLS = Path(__file__).resolve().parent.parent / "data" / "tools"
+TOOLS = Path(__file__).resolve().parents[2] / "data" / "tools"
 PATH = "/usr/local/bin:/usr/bin:/bin"
 HAVE_JQ = shutil.which("jq", path=PATH) is not None
 

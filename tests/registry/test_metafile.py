@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from jsonschema import Draft7Validator, Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from toolsrv import metafile
-from toolsrv.metafile import MetaError, parse_meta
+from toolsrv.registry import metafile
+from toolsrv.registry.metafile import MetaError, parse_meta
 
 DRAFT7 = "http://json-schema.org/draft-07/schema#"
 

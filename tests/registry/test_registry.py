@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from toolsrv import metafile
-from toolsrv.registry import Registry, default_paths
+from toolsrv.registry import metafile
+from toolsrv.registry.registry import Registry, default_paths
 
 
 def write(path, content):
@@ -223,9 +223,9 @@ def test_unreadable_meta(t):
         os.chmod(d, 0o755)
         write(Path(d) / "a.meta", "{}").chmod(0)
         write(Path(d) / "b.meta", {"cmd": "exit 0"}).chmod(0o644)
-        repo = Path(__file__).resolve().parents[1]
+        repo = Path(__file__).resolve().parents[2]
         site = [p for p in sys.path if p.endswith("site-packages")]
-        code = ("from toolsrv.registry import Registry; r = Registry([%r], watch='poll'); "
+        code = ("from toolsrv.registry.registry import Registry; r = Registry([%r], watch='poll'); "
                 "r.load(); print(sorted(r.tools)); print(r.errors_text(), end='')" % d)
         out = subprocess.run(["/usr/bin/python3", "-c", code], user=65534, group=65534,
                              capture_output=True, text=True, timeout=60, cwd="/",

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from toolsrv.registry import Registry
-from toolsrv.watch import Batcher, inotify_available
+from toolsrv.registry.registry import Registry
+from toolsrv.registry.watch import Batcher, inotify_available
 
 MODES = ["poll", pytest.param("inotify", marks=pytest.mark.skipif(
     not inotify_available(), reason="no inotify here"))]

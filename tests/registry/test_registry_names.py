@@ -1,8 +1,8 @@
-"""Names shared by tools, sessions and agents (toolsrv.names)."""
+"""Names shared by tools, sessions and agents (toolsrv.registry.names)."""
 
 import pytest
 
-from toolsrv.names import NAME_MAX, check_name, valid_name
+from toolsrv.registry.names import NAME_MAX, check_name, valid_name
 
 GOOD = ["a", "file_read", "k8s", "rg-search", "v1.2", ".hidden", "..x", "A" * NAME_MAX, "_"]
 BAD = [("", "bad tool name: empty"),

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from toolsrv.client import Client, ClientError
+from toolsrv.cli.client import Client, ClientError
 
 from apphelpers import AppThread, add_tool, tools_dir
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from toolsrv.registry import Registry
+from toolsrv.registry.registry import Registry
 
-SPEC = Path(__file__).parent / "fixtures" / "registry" / "spec"
+SPEC = Path(__file__).parent.parent / "fixtures" / "registry" / "spec"
 SHELL_EXAMPLES = ["json_value", "rg_pattern", "my_cli", "subcommand", "rg_search", "k8s",
                   "github"]
 

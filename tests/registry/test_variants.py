@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from toolsrv.metafile import GOARCH, GOOS, parse_meta
-from toolsrv.variants import Host, choose, failed_conditions, go_arch, go_os
+from toolsrv.registry.metafile import GOARCH, GOOS, parse_meta
+from toolsrv.registry.variants import Host, choose, failed_conditions, go_arch, go_os
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from toolsrv.client import Client
+from toolsrv.cli.client import Client
 
 from apphelpers import AppThread, add_tool, tools_dir
 

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from sandbox_support import LANDLOCK, NO_LANDLOCK, Harness  # noqa: E402
 
-from toolsrv.elevation import Broker, decide_allowed, format_request, request_approval  # noqa: E402
+from toolsrv.run.elevation import Broker, decide_allowed, format_request, request_approval  # noqa: E402
 from toolsrv.errors import errno_for  # noqa: E402
-from toolsrv.runner import RunnerConfig  # noqa: E402
+from toolsrv.run.runner import RunnerConfig  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +160,7 @@ def test_decide_and_format() -> None:
 def test_approve_command_serves_the_allow_list(tmp_path: Path) -> None:
     path = tmp_path / "approve.sock"
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]);"
-                             "from toolsrv.elevation import approve_main;"
+                             "from toolsrv.run.elevation import approve_main;"
                              "sys.exit(approve_main(sys.argv[2:]))", str(REPO),
                              "--allow", "file_read", "other", "--socket", str(path)],
                             stderr=subprocess.PIPE, text=True)

@@ -25,12 +25,12 @@ import uuid
 
 import pytest
 
-from toolsrv.client import Client, ClientError
+from toolsrv.cli.client import Client, ClientError
 from toolsrv.errors import defuse
-from toolsrv.sandbox import landlock_status
+from toolsrv.run.sandbox import landlock_status
 
 from apphelpers import AppThread, add_tool, tools_dir
-from test_limits import stop_clean
+from serverhelpers import stop_clean
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or landlock_status().abi < 6,
                                 reason="needs root (tools run as nobody) and Landlock ABI >= 6")
@@ -108,7 +108,7 @@ def world():
     prof = os.path.join(home, ".config", "ollie", "sandbox")
     os.makedirs(prof)
     with open("sandbox/default.yaml" if os.path.exists("sandbox/default.yaml") else
-              os.path.join(os.path.dirname(__file__), "..", "sandbox", "default.yaml")) as f:
+              os.path.join(os.path.dirname(__file__), "..", "..", "sandbox", "default.yaml")) as f:
         default = f.read()
     yield {"dir": out, "secret": os.path.join(out, "secret"), "drop": drop, "prog": prog,
            "profiles": prof, "home": home, "default": default}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from sandbox_support import LANDLOCK, NO_LANDLOCK  # noqa: E402
 from shellhelpers import REPO, TOOLSRV, serving  # noqa: E402
 

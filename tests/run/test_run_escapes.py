@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from sandbox_support import (LANDLOCK, NO_LANDLOCK, ROOT, Harness, marker,  # noqa: E402
                              sleepers)
 
-from toolsrv import launcher  # noqa: E402
-from toolsrv.runner import RunnerConfig  # noqa: E402
+from toolsrv.run import launcher  # noqa: E402
+from toolsrv.run.runner import RunnerConfig  # noqa: E402
 
 pytestmark = pytest.mark.skipif(LANDLOCK.abi < 1, reason=NO_LANDLOCK)
 X86 = os.uname().machine == "x86_64"
@@ -153,7 +153,7 @@ def test_a_wedged_launcher_is_killed_and_replaced(monkeypatch: pytest.MonkeyPatc
     """Runs given to spare inits do not need the launcher; a run that waits on it (no spare
     left) fails with a clear reason when it stops answering, and the next call gets a new
     launcher."""
-    from toolsrv import zygote
+    from toolsrv.run import zygote
     monkeypatch.setattr(launcher, "PING_EVERY", 0.1)
     monkeypatch.setattr(launcher, "WEDGED_AFTER", 0.5)
     w = Harness()

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from sandbox_support import LANDLOCK, NO_LANDLOCK, ROOT, Harness, profile_from  # noqa: E402
 
 from toolsrv.record import replace  # noqa: E402
-from toolsrv.sandbox import LandlockStatus  # noqa: E402
+from toolsrv.run.sandbox import LandlockStatus  # noqa: E402
 
 pytestmark = pytest.mark.skipif(LANDLOCK.abi < 1, reason=NO_LANDLOCK)
 
@@ -102,7 +102,7 @@ def test_unreachable_cwd_is_an_error(h: Harness) -> None:
 
 
 def test_a_private_cwd_is_reached_where_root_can_map_it(h: Harness) -> None:
-    """A root server maps a 0700 cwd for its tools (toolsrv/idmap.py); an ordinary user's
+    """A root server maps a 0700 cwd for its tools (toolsrv/run/idmap.py); an ordinary user's
     tools run as that user, who owns it."""
     private = h.mkdir("private")
     private.chmod(0o700)
@@ -204,7 +204,7 @@ def test_scratch_directories_both_ways(tmp_path: Path, inline: bool) -> None:
     worker threads.  Either way: fresh, 0700, never handed out twice, in this server's own
     directory of the base, removed with what a tool left in them; a crashed server's
     directory (its lock free) is swept, and nothing is left once closed."""
-    from toolsrv.runner import _Scratch, default_tmp_base
+    from toolsrv.run.runner import _Scratch, default_tmp_base
 
     base = str(tmp_path / "scratch")
     os.makedirs(base, 0o711)
@@ -235,7 +235,7 @@ def test_scratch_directories_both_ways(tmp_path: Path, inline: bool) -> None:
 
 def test_default_tmp_base_is_an_executable_tmpfs_or_the_tempdir(monkeypatch, tmp_path):
     import tempfile
-    from toolsrv import runner
+    from toolsrv.run import runner
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     parent = os.path.dirname(runner.default_tmp_base())
     if runner._on_tmpfs(str(tmp_path)):          # /tmp is a tmpfs here: $XDG_RUNTIME_DIR wins

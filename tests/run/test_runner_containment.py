@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from sandbox_support import LANDLOCK, NO_LANDLOCK, ROOT, Harness, marker, sleepers  # noqa: E402
 
-from toolsrv.runner import RunnerConfig  # noqa: E402
+from toolsrv.run.runner import RunnerConfig  # noqa: E402
 
 pytestmark = pytest.mark.skipif(LANDLOCK.abi < 1, reason=NO_LANDLOCK)
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -173,8 +173,8 @@ def test_tools_die_with_the_server(h: Harness) -> None:
     server = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import asyncio, sys
         sys.path.insert(0, {str(REPO)!r})
-        from toolsrv.runner import Runner, RunRequest
-        from toolsrv.sandbox import load_profile
+        from toolsrv.run.runner import Runner, RunRequest
+        from toolsrv.run.sandbox import load_profile
         async def main():
             r = Runner()
             await r.start()

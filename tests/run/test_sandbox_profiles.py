@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolsrv import sandbox
-from toolsrv.sandbox import (
+from toolsrv.run import sandbox
+from toolsrv.run.sandbox import (
     LandlockStatus,
     ProfileError,
     load_profile,

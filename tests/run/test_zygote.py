@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from sandbox_support import LANDLOCK, NO_LANDLOCK, Harness, default_dict, profile_from  # noqa: E402
 
-from toolsrv import launcher, zygote  # noqa: E402
+from toolsrv.run import launcher, zygote  # noqa: E402
 
 pytestmark = pytest.mark.skipif(LANDLOCK.abi < 1, reason=NO_LANDLOCK)
 

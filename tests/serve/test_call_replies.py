@@ -18,9 +18,9 @@ from proto import (
     IOHDRSZ, NOFID, NOTAG, OREAD, ORDWR, Rerror, Rflush, Ropen, Rread, Rwalk, Rwrite, Tattach, Tclunk,
     Tflush, Topen, Tread, Tversion, Twalk, Twrite, encode,
 )
-from toolsrv.runner import RunResult
-from toolsrv.server import ServerConfig
-from toolsrv.transport import NinePProtocol
+from toolsrv.run.runner import RunResult
+from toolsrv.serve.server import ServerConfig
+from toolsrv.serve.transport import NinePProtocol
 
 from fakes import RecordingTransport as Transport, make_fs
 
@@ -73,7 +73,7 @@ async def calling(args: bytes) -> tuple[GatedRunner, Any, NinePProtocol, Transpo
 
 
 def pipelined(args: bytes) -> bytes:
-    """client_9p's rdwr as toolsrv.client sends it: four requests in one write."""
+    """client_9p's rdwr as toolsrv.cli.client sends it: four requests in one write."""
     return b"".join(encode(m) for m in (
         Twalk(1, 0, 7, CALL), Topen(2, 7, ORDWR), Twrite(3, 7, 0, args),
         Tread(4, 7, 0, MSIZE - IOHDRSZ)))

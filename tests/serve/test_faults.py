@@ -24,16 +24,17 @@ import uuid
 import pytest
 
 from proto import ORDWR, Topen, Tread, Twalk, Twrite
-from toolsrv import trusted
-from toolsrv.client import Client, ClientError
-from toolsrv.runner import default_tmp_base
+from toolsrv.dirs import trusted
+from toolsrv.cli.client import Client, ClientError
+from toolsrv.run.runner import default_tmp_base
 
 from apphelpers import AppThread, add_tool, tools_dir
-from test_limits import Raw, stop_clean, wait_for
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
+from serverhelpers import Raw, stop_clean, wait_for
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tools"))
 from sandbox_support import processes_with  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def marked(marker: str) -> list[int]:

@@ -21,8 +21,8 @@ from proto import (
     DMDIR, NOFID, NOTAG, OREAD, OWRITE, Rcreate, Rerror, Rflush, Ropen, Rwalk, Rwrite,
     Tattach, Tcreate, Tflush, Topen, Tversion, Twalk, Twrite, encode,
 )
-from toolsrv.server import ServerConfig
-from toolsrv.transport import NinePProtocol
+from toolsrv.serve.server import ServerConfig
+from toolsrv.serve.transport import NinePProtocol
 
 from fakes import FakeRunner, RecordingTransport as Transport, make_fs
 
@@ -40,7 +40,7 @@ class Gate(threading.Event):
 
 @pytest.fixture
 def gate(monkeypatch):
-    import toolsrv.sessions as S
+    import toolsrv.tree.sessions as S
     real, g = S._write_file, Gate()
 
     def write(state_dir: Any, path: str, data: bytes) -> Any:

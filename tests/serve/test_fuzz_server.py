@@ -38,12 +38,12 @@ from proto import (
     Twrite, Twstat, encode, format_msg, parse_msg,
 )
 from toolsrv import errors as E
-from toolsrv.runner import RunResult
-from toolsrv.server import Conn, ServerConfig
+from toolsrv.run.runner import RunResult
+from toolsrv.serve.server import Conn, ServerConfig
 
 from fakes import FakeRegistry, ThreadServer, make_fs
 
-CORPUS = pathlib.Path(__file__).parent / "corpus" / "server"
+CORPUS = pathlib.Path(__file__).parent.parent / "corpus" / "server"
 YIELD = "!yield"
 COUNTS = {"memory": 0, "socket": 0, "corpus": 0}
 

@@ -183,7 +183,7 @@ def test_eight_threads_share_one_connection(server):
 
 
 def test_socket_is_private_stale_replaced_live_refused():
-    from toolsrv.transport import AddressInUse
+    from toolsrv.serve.transport import AddressInUse
     tmp = short_tmpdir()
     path = f"{tmp}/ns/toolsrv"
     srv = ThreadServer(make_fs(tmp), [f"unix!{path}"]).start()

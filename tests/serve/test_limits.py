@@ -12,91 +12,15 @@ import os
 import shutil
 import socket
 import struct
-import time
 
 import pytest
 
-from proto import (
-    IOHDRSZ, NOFID, NOTAG, Framer, Rerror, Rread, Rversion, Tattach, Tclunk, Topen, Tread,
-    Tversion, Twalk, Twrite, encode,
-)
-from toolsrv.__main__ import build_parser, serve_options
-from toolsrv.client import Client, ClientError
+from proto import NOTAG, Rerror, Rread, Tclunk, Topen, Tread, Tversion, Twalk, Twrite
+from toolsrv.cli.command import build_parser, serve_options
+from toolsrv.cli.client import Client, ClientError
 
 from apphelpers import AppThread, add_tool, tools_dir
-
-MSIZE = 8192 + IOHDRSZ
-
-
-class Raw:
-    """A 9P connection on a bare socket: send anything, read replies when asked."""
-
-    def __init__(self, addr: str, version: bool = True, attach: bool = True) -> None:
-        self.sk = socket.socket(socket.AF_UNIX)
-        self.sk.settimeout(20)
-        self.sk.connect(addr[len("unix!"):])
-        self.fr = Framer(1 << 20)
-        self.pending: list = []
-        if version:
-            assert type(self.rpc(Tversion(NOTAG, MSIZE, "9P2000"))) is Rversion
-        if attach:
-            self.ok(Tattach(0, 0, NOFID, "raw", ""))
-
-    def send(self, *msgs) -> None:
-        self.sk.sendall(b"".join(encode(m) for m in msgs))
-
-    def recv(self, n: int = 1) -> list:
-        while len(self.pending) < n:
-            data = self.sk.recv(1 << 20)
-            if not data:
-                raise ConnectionError("server hung up")
-            self.pending += self.fr.feed(data)
-        out, self.pending = self.pending[:n], self.pending[n:]
-        return out
-
-    def rpc(self, m):
-        self.send(m)
-        return self.recv()[0]
-
-    def ok(self, m):
-        r = self.rpc(m)
-        assert type(r) is not Rerror, f"{m}: {r}"
-        return r
-
-    def hung_up(self) -> bool:
-        """True when the server closed the connection (waits for it, bounded)."""
-        try:
-            while True:
-                data = self.sk.recv(65536)
-                if not data:
-                    return True
-        except (ConnectionResetError, socket.timeout):
-            return False
-
-    def close(self) -> None:
-        self.sk.close()
-
-
-def private_cwds(store) -> list[str]:
-    return [s.cwd for s in store.sessions.values() if s.private_cwd]
-
-
-def stop_clean(app: AppThread) -> None:
-    """Stop the server and remove what it made outside its temp dir: the sessions'
-    private working directories (they outlive the server by design, with its state)."""
-    cwds = app.call(lambda: private_cwds(app.app.store)) if app.thread.is_alive() else []
-    app.cleanup()
-    for d in cwds:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def wait_for(pred, timeout: float = 20.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return pred()
+from serverhelpers import MSIZE, Raw, stop_clean, wait_for
 
 
 def good_call(app, session: str = "good") -> None:
@@ -357,7 +281,7 @@ def test_every_limit_is_a_serve_flag():
 
 
 def test_agent_log_is_bounded_in_bytes_and_keeps_whole_newest_lines(app_with):
-    from toolsrv import sessions
+    from toolsrv.tree import sessions
     app = app_with()
     with Client.connect(app.addr) as c:
         c.mkdir("session/a")

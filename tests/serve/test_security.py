@@ -23,14 +23,14 @@ from proto import (
     DMDIR, NOTAG, QTAUTH, Framer, Rauth, Rerror, Tattach, Tauth, Tclunk, Tcreate, Tread,
     Tversion, Twalk, Twrite,
 )
-from toolsrv import auth, dial
+from toolsrv.serve import auth, dial
 from toolsrv.app import App, Options, descends_from
-from toolsrv.client import Client, ClientError
+from toolsrv.cli.client import Client, ClientError
 from toolsrv.errors import defuse
-from toolsrv.names import valid_name
+from toolsrv.registry.names import valid_name
 
 from apphelpers import AppThread, add_tool, tools_dir
-from test_limits import MSIZE, Raw, stop_clean
+from serverhelpers import MSIZE, Raw, stop_clean
 
 NOBODY = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"

@@ -18,11 +18,11 @@ import re
 import pytest
 
 from proto import format_msg, parse_msg
-from toolsrv.server import Conn, ServerConfig
+from toolsrv.serve.server import Conn, ServerConfig
 
 from fakes import FakeRegistry, FakeRunner, make_fs
 
-HERE = pathlib.Path(__file__).parent / "transcripts"
+HERE = pathlib.Path(__file__).parent.parent / "transcripts"
 FILES = sorted(HERE.glob("*.txt"))
 
 

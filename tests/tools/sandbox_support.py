@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from toolsrv.runner import Runner, RunnerConfig, RunRequest, RunResult
-from toolsrv.sandbox import Profile, default_shipped_dir, landlock_status, parse_profile
+from toolsrv.run.runner import Runner, RunnerConfig, RunRequest, RunResult
+from toolsrv.run.sandbox import Profile, default_shipped_dir, landlock_status, parse_profile
 
 HERE = Path(__file__).resolve().parent
 LANDLOCK = landlock_status()

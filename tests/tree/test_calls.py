@@ -15,11 +15,13 @@ import time
 from typing import Any, Iterator
 
 import pytest
-from py9p import DMDIR, OREAD, ORDWR, OWRITE, Client, RemoteError, Rflush, Rread, Tflush, Tread
+from py9p import OREAD, ORDWR, OWRITE, Client, RemoteError, Rflush, Rread, Tflush, Tread
 
 from apphelpers import AppThread, add_tool, tools_dir
+from py9phelpers import _fids, agent, connect, mkdir, rdwr, read
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tools"))
 from sandbox_support import processes_with  # noqa: E402
 
 RENDEZVOUS = """\
@@ -54,61 +56,6 @@ def srv():
     yield app
     app.cleanup()
 
-
-def connect(app) -> Client:
-    c = Client.connect_unix(app.addr[len("unix!"):], msize=8192 + 24)
-    c.negotiate()
-    c.attach(0, uname="agent")
-    return c
-
-
-_fids = iter(range(1000, 10**6))
-
-
-def rdwr(c: Client, path: str, data: bytes) -> bytes:
-    """client_9p's rdwr: open ORDWR, write once, read on the same fid."""
-    f = next(_fids)
-    c.walk(0, f, path)
-    try:
-        c.open(f, ORDWR)
-        c.write(f, data)
-        out, off = b"", 0
-        while True:
-            chunk = c.read(f, offset=off)
-            if not chunk:
-                return out
-            out += chunk
-            off += len(chunk)
-    finally:
-        c.clunk(f)
-
-
-def mkdir(c: Client, path: str) -> None:
-    parent, name = path.rsplit("/", 1)
-    f = next(_fids)
-    c.walk(0, f, parent)
-    c.create(f, name, DMDIR | 0o755, OREAD)
-    c.clunk(f)
-
-
-def read(c: Client, path: str) -> bytes:
-    f = next(_fids)
-    c.walk(0, f, path)
-    c.open(f, OREAD)
-    try:
-        return c.read(f)
-    finally:
-        c.clunk(f)
-
-
-def agent(c: Client, s: str, a: str, *tools: str) -> str:
-    mkdir(c, f"session/{s}")
-    mkdir(c, f"session/{s}/agent/{a}")
-    base = f"session/{s}/agent/{a}"
-    if tools:
-        assert rdwr(c, base + "/ctl", ("tool_load " + " ".join(tools)).encode()) == \
-            "".join(t + "\n" for t in tools).encode()
-    return base
 
 
 def test_load_and_call_on_one_fid(srv):
@@ -438,9 +385,9 @@ def test_cancel_keeps_what_the_run_printed(srv):
 
 @contextlib.contextmanager
 def _agent_client(tools: dict[str, str]) -> Iterator[Any]:
-    """A traced server with these read-only tools, and a toolsrv.client connected to it at
+    """A traced server with these read-only tools, and a toolsrv.cli.client connected to it at
     msize 8 KiB, with session/s/agent/a made and every tool loaded."""
-    from toolsrv.client import Client as TsClient
+    from toolsrv.cli.client import Client as TsClient
     from proto import IOHDRSZ
     d = tools_dir()
     for name, script in tools.items():
@@ -458,7 +405,7 @@ def _agent_client(tools: dict[str, str]) -> Iterator[Any]:
 
 
 def test_client_rdwr_stops_at_a_short_read_and_reads_on_after_a_full_one(capfd):
-    """toolsrv.client's rdwr: a first read shorter than asked is the whole answer (no
+    """toolsrv.cli.client's rdwr: a first read shorter than asked is the whole answer (no
     second Tread); a full one is followed by reads to end of file, and nothing is lost."""
     with _agent_client({"small": "#!/bin/sh\nexec cat\n",
                         "big": "#!/bin/sh\nexec head -c 50000 /dev/zero\n"}) as c:
@@ -473,7 +420,7 @@ def test_client_rdwr_stops_at_a_short_read_and_reads_on_after_a_full_one(capfd):
 
 
 def test_client_rdwr_does_not_wait_for_the_clunk_and_reuses_fids_only_after_it(capfd):
-    """toolsrv.client's rdwr returns when the result is in; its Tclunk goes out unanswered
+    """toolsrv.cli.client's rdwr returns when the result is in; its Tclunk goes out unanswered
     and the reader frees the tag and the fid when Rclunk comes.  Many calls in a row reuse
     a few fids, each only once its clunk was answered, and leak no tag."""
     with _agent_client({"small": "#!/bin/sh\nexec cat\n"}) as c:

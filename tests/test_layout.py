@@ -1,0 +1,134 @@
+"""The package's folders are its parts, and imports run one way (issue 15).
+
+Every module of proto/ and toolsrv/ is parsed (ast) and each of its imports, at the
+top or inside a function, absolute or relative, is resolved to the part it reaches.
+A part may import only the parts below it:
+
+    cli/  >  app  >  serve/  >  tree/  >  run/, registry/ (side by side)  >  dirs/, errors,
+    record  >  proto
+
+toolsrv/__main__.py (the thin entry) and toolsrv/client.py (the client's old path) count
+as cli/.  A module also stays under about 600 lines, and a folder's __init__ imports
+nothing (the zygote boots from run/ in a bare interpreter).
+"""
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAX_LINES = 600
+
+# rank of each part: an import may go to a part of lower rank, or within its own part.
+RANK = {"proto": 0, "base": 1, "run": 2, "registry": 2, "tree": 3, "serve": 4, "app": 5,
+        "cli": 6}
+BASE = {"toolsrv", "toolsrv.errors", "toolsrv.record"}
+TOP = {"toolsrv.app": "app", "toolsrv.__main__": "cli", "toolsrv.client": "cli"}
+
+
+def modules() -> dict[str, str]:
+    """Every module's dotted name -> its file."""
+    out = {}
+    for top in ("proto", "toolsrv"):
+        for d, dirs, files in os.walk(os.path.join(REPO, top)):
+            dirs[:] = [x for x in dirs if x != "__pycache__"]
+            for f in files:
+                if f.endswith(".py"):
+                    rel = os.path.relpath(os.path.join(d, f), REPO)[:-3].split(os.sep)
+                    if rel[-1] == "__init__":
+                        rel = rel[:-1]
+                    out[".".join(rel)] = os.path.join(d, f)
+    return out
+
+
+MODULES = modules()
+
+
+def part(mod: str) -> str:
+    """The part a dotted module name belongs to."""
+    if mod == "proto" or mod.startswith("proto."):
+        return "proto"
+    if mod in TOP:
+        return TOP[mod]
+    if mod in BASE:
+        return "base"
+    sub = mod.split(".")[1]
+    return "base" if sub == "dirs" else sub
+
+
+def imports(mod: str, path: str) -> list[tuple[int, str]]:
+    """(line, dotted name) of every proto/toolsrv module or package `mod` imports."""
+    tree = ast.parse(open(path).read(), path)
+    is_pkg = path.endswith("__init__.py")
+    package = mod if is_pkg else mod.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            out.append((node.lineno, target))
+            for a in node.names:      # `from toolsrv.run import landlock`: a module
+                if f"{target}.{a.name}" in MODULES:
+                    out.append((node.lineno, f"{target}.{a.name}"))
+    return [(n, t) for n, t in out if t.split(".")[0] in ("proto", "toolsrv")]
+
+
+def wrong_arrows() -> list[str]:
+    bad = []
+    for mod, path in sorted(MODULES.items()):
+        here = part(mod)
+        for line, target in imports(mod, path):
+            there = part(target)
+            if there == here or (target == "toolsrv" and here != "proto"):
+                continue
+            if RANK[there] >= RANK[here]:
+                bad.append(f"{os.path.relpath(path, REPO)}:{line}: {here} imports {there} "
+                           f"({target})")
+    return bad
+
+
+def test_every_module_has_a_part():
+    parts = {part(m) for m in MODULES}
+    assert parts <= set(RANK), parts - set(RANK)
+    assert {"run", "registry", "tree", "serve", "cli"} <= parts
+    loose = [m for m, p in MODULES.items() if m.count(".") == 1 and m.startswith("toolsrv.")
+             and not p.endswith("__init__.py") and m not in TOP and m not in BASE]
+    assert loose == [], "a module at the top of toolsrv/: put it in the folder of its part"
+
+
+def test_imports_run_one_way():
+    assert wrong_arrows() == []
+
+
+def test_the_check_sees_a_wrong_arrow(monkeypatch):
+    """The check itself: an upward import, relative and inside a function, is caught."""
+    src = "def f():\n    from ..serve.server import Conn\n"
+    real = ast.parse
+    path = MODULES["toolsrv.run.pumps"]
+    monkeypatch.setattr(ast, "parse", lambda text, p=None, *a, **k:
+                        real(src if p == path else text, p, *a, **k))
+    assert wrong_arrows() == [f"{os.path.relpath(path, REPO)}:2: run imports serve "
+                              "(toolsrv.serve.server)"]
+
+
+def test_folder_inits_import_nothing():
+    for mod, path in MODULES.items():
+        if path.endswith("__init__.py") and mod.startswith("toolsrv."):
+            tree = ast.parse(open(path).read())
+            assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                        ], f"{mod}: a folder's __init__ imports nothing"
+
+
+@pytest.mark.parametrize("mod", sorted(MODULES))
+def test_modules_stay_small(mod):
+    with open(MODULES[mod]) as f:
+        n = sum(1 for _ in f)
+    assert n <= MAX_LINES, f"{mod}: {n} lines; cut it by concept (STYLE.md, habit 8)"
