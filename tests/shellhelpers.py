@@ -30,6 +30,9 @@ def fuse_missing() -> str | None:
                 "/usr/local/plan9): build plan9port to run the tests through a real mount")
     if not os.path.exists("/dev/fuse"):
         return "no /dev/fuse: FUSE is not available here"
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        return (f"uid {os.getuid()} may not open /dev/fuse (mode "
+                f"{oct(os.stat('/dev/fuse').st_mode & 0o777)}): mount as root, or get access")
     if not (shutil.which("fusermount3") or shutil.which("fusermount")):
         return "no fusermount3: install fuse3 to run the tests through a real mount"
     return None

@@ -101,7 +101,13 @@ def test_a_symlink_below_the_work_base_is_never_followed(tmp):
 
 # ------------------------------------------------- the state and scratch bases
 
-@pytest.mark.parametrize("how", ["owned-by-nobody", "parent-open-to-all"])
+ROOT = os.geteuid() == 0
+BY_NOBODY = pytest.param("owned-by-nobody", marks=pytest.mark.skipif(
+    not ROOT, reason="chown to another uid needs root"))
+ROOT_ONLY = pytest.mark.skipif(not ROOT, reason="chown to another uid needs root")
+
+
+@pytest.mark.parametrize("how", [BY_NOBODY, "parent-open-to-all"])
 def test_state_dir_not_ours_is_refused(tmp, how):
     state = os.path.join(tmp, "st")
     if how == "owned-by-nobody":
@@ -116,7 +122,7 @@ def test_state_dir_not_ours_is_refused(tmp, how):
     assert not os.path.exists(os.path.join(state, "state.json"))
 
 
-@pytest.mark.parametrize("how", ["owned-by-nobody", "symlink"])
+@pytest.mark.parametrize("how", [BY_NOBODY, "symlink"])
 def test_scratch_base_not_ours_is_refused(tmp, how):
     """The scratch base ($XDG_RUNTIME_DIR/toolsrv-<uid> when that is a tmpfs) is checked
     at start, not on the first call."""
@@ -138,6 +144,7 @@ def test_scratch_base_not_ours_is_refused(tmp, how):
         shutil.rmtree(run, ignore_errors=True)
 
 
+@ROOT_ONLY
 def test_namespace_dir_below_another_users_directory_is_refused(tmp):
     theirs = os.path.join(tmp, "theirs")
     os.mkdir(theirs)
@@ -147,6 +154,7 @@ def test_namespace_dir_below_another_users_directory_is_refused(tmp):
         dial.ensure_private_dir(os.path.join(theirs, "ns"))
 
 
+@ROOT_ONLY
 def test_approval_broker_refuses_a_socket_directory_not_ours(tmp):
     """Whoever can change the broker's socket directory could put their own socket there
     and approve elevated calls."""

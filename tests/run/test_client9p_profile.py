@@ -1,6 +1,8 @@
 """Only a tool under a profile with `general.toolsrv: true` reaches the server:
 it gets a connected socket as fd 3; the default profile gets nothing, and cannot
-dial the server's socket either."""
+dial the server's socket either: as root the tools' uid cannot open it (0600); an ordinary
+user's tools can (their uid is the server's), and the server turns them away (a peer that
+descends from the launcher)."""
 from __future__ import annotations
 
 import shutil
@@ -23,7 +25,9 @@ addr = os.environ.get("TOOLSRV_ADDR", "")
 s = socket.socket(socket.AF_UNIX)
 try:
     s.connect(addr.split("!", 1)[1])
-    print("dialled")
+    s.sendall(bytes.fromhex("13000000" "64" "ffff" "00200000" "0600") + b"9P2000")
+    reply = s.recv(100)
+    print("dial refused" if not reply or reply[4] == 107 else "dialled", "by the server")
 except OSError as e:
     print("dial refused", e.errno)
 """
