@@ -17,6 +17,25 @@ from toolsrv.cli.client import Client
 from apphelpers import AppThread, add_tool, tools_dir
 
 
+def test_a_cwd_inside_the_private_one_is_not_removed_with_it():
+    """Moving a session's cwd into a directory of its own private cwd keeps that directory
+    (it used to be removed as the old private cwd, new cwd and all)."""
+    a = AppThread([tools_dir()], persist=False).start()
+    try:
+        with Client.connect(a.addr) as c:
+            c.mkdir("session/s")
+            private = c.read("session/s/cwd").decode().strip()
+            sub = os.path.join(private, "project")
+            os.mkdir(sub)
+            with open(os.path.join(sub, "keep.txt"), "w") as f:
+                f.write("kept\n")
+            c.write("session/s/cwd", sub.encode())
+            assert c.read("session/s/cwd") == f"{sub}\n".encode()
+            assert open(os.path.join(sub, "keep.txt")).read() == "kept\n"
+    finally:
+        a.cleanup()
+
+
 def test_restart_restores_state(tmp_path):
     d = tools_dir()
     add_tool(d, "echo", "#!/bin/sh\ncat\n")

@@ -263,8 +263,12 @@ class SessionStore:
             raise P9Error(f"cwd: no such directory: {path}"[:120])
         path = os.path.realpath(path)
         old = s.cwd, s.private_cwd
-        drop = s.private_cwd and os.path.realpath(s.cwd) != path
-        new = s.cwd, s.private_cwd = path, s.private_cwd and not drop
+        mine = os.path.realpath(s.cwd)
+        moved = s.private_cwd and mine != path
+        # A cwd inside the session's own private one: that directory now holds the new cwd,
+        # so it stays (left behind with the session, not removed under the tools' feet).
+        drop = moved and not path.startswith(mine.rstrip("/") + "/")
+        new = s.cwd, s.private_cwd = path, s.private_cwd and not moved
 
         def undo() -> None:
             if (s.cwd, s.private_cwd) == new:
