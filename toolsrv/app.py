@@ -188,7 +188,8 @@ class App:
         return config, config
 
     async def start(self) -> None:
-        try:
+        self._catch_signals()  # a SIGTERM from here on stops the server cleanly, even one
+        try:                   # that comes before run() (between the banner and the loop)
             await self._start()
         except BaseException:         # a server that does not start holds no state lock
             self._unlock()
@@ -334,10 +335,18 @@ class App:
     def _trace(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    async def run(self) -> None:
+    def _catch_signals(self) -> None:
+        """SIGTERM and SIGINT set `stopping` (main thread only: a server in a thread, as in
+        the tests, is stopped by its owner)."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stopping.set)
+        try:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stopping.set)
+        except (ValueError, RuntimeError):
+            pass
+
+    async def run(self) -> None:
+        self._catch_signals()
         await self.stopping.wait()
         await self.stop()
 

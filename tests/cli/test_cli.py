@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -161,6 +162,29 @@ def test_sigterm_is_graceful(tmp_path):
         assert os.path.dirname(state) == os.path.join(home, "state", "toolsrv")
         with open(os.path.join(state, "state.json")) as f:
             assert '"t"' in f.read()                                       # state saved
+    finally:
+        if p.poll() is None:
+            p.kill()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_sigterm_while_starting_is_graceful_too():
+    """The handlers are in place before the server listens: a SIGTERM that comes once the
+    socket is there but before the event loop's run (the launcher still starting; a
+    supervisor stopping a server it just started) still removes the socket and exits 0.
+    It used to kill the process by the default action and leave the socket behind."""
+    home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
+    env = dict(os.environ, HOME=home, NAMESPACE=os.path.join(home, "ns"))
+    sock = os.path.join(home, "ns", "toolsrv")
+    p = subprocess.Popen(TOOLSRV + ["serve", "--no-state"], env=env, cwd=REPO,
+                         stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 20
+        while not os.path.exists(sock) and time.monotonic() < end:
+            time.sleep(0.001)
+        p.send_signal(signal.SIGTERM)         # listening, the launcher not yet up
+        assert p.wait(20) == 0
+        assert not os.path.exists(sock)
     finally:
         if p.poll() is None:
             p.kill()
