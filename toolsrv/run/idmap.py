@@ -79,6 +79,7 @@ class Planner:
     def __init__(self, uid: int, gid: int) -> None:
         self.uid, self.gid = uid, gid
         self._verdicts: dict[tuple[str, str], tuple[float, tuple | None]] = {}
+        self._plans: dict[tuple, tuple[float, dict | None]] = {}  # by the whole grant list
 
     def plan(self, paths: list[tuple[str, str]], fresh: set[str] = frozenset()) -> dict | None:
         """The mounts a run needs ({"grants": [[path, writable, isdir, mapped]...],
@@ -89,6 +90,19 @@ class Planner:
         is never a hole: a grant mapped that no longer needed it gives the tool what the
         profile grants anyway, and one not mapped that now needs it fails closed."""
         now = time.monotonic()
+        key = tuple(paths)
+        whole = self._plans.get(key)
+        if whole is not None and not fresh and now - whole[0] <= CACHE_SECONDS:
+            return whole[1]  # the same grants planned a moment ago: the same plan
+        plan = self._plan(paths, fresh, now)
+        if not fresh:
+            if len(self._plans) >= 256:
+                self._plans.clear()
+            self._plans[key] = (now, plan)
+        return plan
+
+    def _plan(self, paths: list[tuple[str, str]], fresh: set[str], now: float
+              ) -> dict | None:
         found: list[tuple[str, str, bool, bool, str | None]] = []
         for path, access in paths:
             key = (path, access)

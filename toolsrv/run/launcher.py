@@ -7,9 +7,11 @@
 # of a PID namespace of its own, toolsrv/run/runinit.py) and hands each to us as a spare: the
 # init's socket and a pidfd on it ({"op": "spare"} with SCM_RIGHTS).
 #
-# spawn() is synchronous.  It builds the run's Landlock ruleset here (paths resolved by the
-# server, through a PathCache), creates the three pipes and gives the request, the child ends
-# and the ruleset to a spare init in one packet, straight: the zygote is not on a call's path
+# spawn() is synchronous.  It creates the three pipes and gives the request (its Landlock
+# rules: a profile's fixed paths named by a reference sent to each init once) and the child
+# ends to an idle init in one packet, straight: the init builds the ruleset with a PathCache
+# of its own (it is reused, so its cache is warm), off the server's CPU.  The zygote is not
+# on a call's path
 # (when few inits are left idle it is asked for more, which it forks while idle).  An init
 # that has reported waits for another run: it is kept idle (up to MAX_IDLE; beyond
 # SPARE_INITS only until IDLE_TRIM passes without a spawn), so under load no init is forked
@@ -45,7 +47,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from toolsrv.run import landlock
 from toolsrv.run.cgroups import RunGroups
 from toolsrv.run.pumps import CHUNK, Collector, Feeder  # noqa: F401 - re-exported
 
@@ -53,6 +54,7 @@ MAX_PACKET = 1 << 20
 PING_EVERY = 2.0  # seconds between pings while runs wait on the zygote
 WEDGED_AFTER = 10.0  # seconds without a pong: the launcher is wedged
 MAX_FDS = 4  # an init's socket and pidfd; the zygote's own reply fds
+MAX_FIXED = 32  # fixed path lists named before the names start again
 SPARE_INITS = 4  # idle inits wanted: fewer, and the zygote is asked for more
 MAX_IDLE = 64  # idle inits kept at most
 IDLE_TRIM = 2.0  # seconds without a spawn: idle inits beyond SPARE_INITS are let go
@@ -69,10 +71,11 @@ class LauncherDied(Exception):
 class _Spare:
     """An init waiting for a run: its socket and a pidfd on it."""
 
-    __slots__ = ("sock", "pidfd")
+    __slots__ = ("sock", "pidfd", "known")
 
     def __init__(self, sock: socket.socket, pidfd: int) -> None:
         self.sock, self.pidfd = sock, pidfd
+        self.known: set[int] = set()  # the fixed path lists it has been sent
 
     def close(self) -> None:
         self.sock.close()
@@ -89,6 +92,7 @@ class LaunchHandle:
         self.killed = False
         self.exited: asyncio.Future[tuple[int | None, str | None]] = loop.create_future()
         self._owned = True
+        self.knows: object = None  # the fixed path list sent along with it, if any
         self._init: _Spare | None = None
         self._release: Callable[[_Spare], None] | None = None
 
@@ -171,7 +175,8 @@ class Launcher:
         self.idmap = "not needed"
         self.restarts = 0  # launchers killed for not answering
         self.zygote_pid: int | None = None
-        self.path_cache = landlock.PathCache()
+        self._refs: dict[tuple, int] = {}  # fixed path lists named so far
+        self._epoch = 0  # bumped when the names start again (an init may know old ones)
         self._groups: RunGroups | None = None
         self._stale: list[RunGroups] = []  # groups of launchers that died, still emptying
         self._pinged = 0.0  # when the oldest unanswered ping went out (0: none)
@@ -246,15 +251,13 @@ class Launcher:
         keeps and closes them."""
         if self._sock is None:
             raise LauncherDied("launcher not running")
-        ruleset = self._ruleset(msg.get("landlock"))
         stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
         stdout_r, stdout_w = os.pipe2(os.O_CLOEXEC)
         stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
-        mine = [stdin_r, stdout_w, stderr_w] + ([ruleset] if ruleset >= 0 else [])
+        mine = [stdin_r, stdout_w, stderr_w]
         handle = LaunchHandle(next(self._ids), (stdin_w, stdout_r, stderr_r))
-        request = {**msg, "landlock": None, "ruleset": ruleset >= 0, "id": handle.id}
         try:
-            self._hand_over(handle, request, mine[:3] + list(extra_fds) + mine[3:])
+            self._hand_over(handle, {**msg, "id": handle.id}, mine + list(extra_fds))
         except BaseException:
             handle.close_fds()
             raise
@@ -265,31 +268,46 @@ class Launcher:
         handle.exited.add_done_callback(lambda _: self._handles.pop(handle.id, None))
         return handle
 
-    def _ruleset(self, rules: dict | None) -> int:
-        """The run's Landlock ruleset fd (-1: none), built here from its rules."""
-        if rules is None:
-            return -1
-        fd, _skipped = landlock.build_ruleset(
-            rules["abi"], [(p, a) for p, a in rules["paths"]], handle_net=rules["net"],
-            bind_tcp=rules["bind_tcp"], connect_tcp=rules["connect_tcp"],
-            scoped=rules["scoped"], cache=self.path_cache, cached=rules.get("cached", 0))
-        return fd
+    def _request(self, msg: dict, known: set[int]) -> tuple[bytes, int | None]:
+        """The request as an init gets it: the Landlock rules with the profile's fixed
+        paths (the first `cached`, the same in every call of a profile) named by a
+        reference the init was sent once, unless it was not (then they come along too).
+        Returns (the request encoded, the reference sent along, or None)."""
+        rules = msg.get("landlock")
+        if not rules or not rules.get("cached"):
+            return json.dumps(msg).encode(), None
+        n = rules["cached"]
+        key = tuple(tuple(p) for p in rules["paths"][:n])
+        ref = self._refs.setdefault(key, len(self._refs))
+        if len(self._refs) > MAX_FIXED:  # many profiles: forget, start naming again
+            self._refs = {key: 0}
+            ref = 0
+            self._epoch += 1
+        out = {**rules, "paths": rules["paths"][n:], "fixed": [self._epoch, ref]}
+        if (self._epoch, ref) not in known:
+            out["fixed_paths"] = rules["paths"][:n]
+        sent = (self._epoch, ref) if "fixed_paths" in out else None
+        return json.dumps({**msg, "landlock": out}).encode(), sent  # type: ignore[return-value]
 
-    def _hand_over(self, handle: LaunchHandle, request: dict, fds: list[int]) -> None:
-        data = json.dumps(request).encode()
+    def _hand_over(self, handle: LaunchHandle, msg: dict, fds: list[int]) -> None:
         self._last_spawn = asyncio.get_running_loop().time()
         while self._spares:  # straight to an idle init
             init = self._spares.pop()  # the most recently used: its pages are warm
+            data, sent = self._request(msg, init.known)
             try:
                 socket.send_fds(init.sock, [data], fds)
             except OSError:  # that init is gone (killed, or its launcher died): the next
                 init.close()
                 continue
+            if sent is not None:
+                init.known.add(sent)  # type: ignore[arg-type]
             self._low_water()
             handle.attach(init, self._idle)
             return
         self._low_water()
+        data, sent = self._request(msg, set())
         self._send(data, fds)  # none idle: the zygote forks one for this request
+        handle.knows = sent
         self._waiting[handle.id] = handle
         self._watch_soon()
 
@@ -402,6 +420,8 @@ class Launcher:
             if handle is None:
                 init.close()  # the run is gone: the init ends at EOF
             else:
+                if handle.knows is not None:
+                    init.known.add(handle.knows)
                 handle.attach(init, self._idle)
         elif op == "error" and handle is not None:  # the request could not be handed over
             handle._set((None, msg["error"]))

@@ -10,8 +10,10 @@
 # are reparented to the init, which reaps them.
 #
 # A run arrives on the socket: the spawn request (JSON) and its fds — the tool's stdin,
-# stdout, stderr and extra fds, then the Landlock ruleset, which the server built.  The
-# init's main thread stays root and unconfined (the tool can neither signal nor trace it);
+# stdout, stderr and extra fds.  The main thread builds the run's Landlock ruleset from the
+# request's rules (a profile's fixed paths come once, then by reference; a PathCache kept
+# across runs makes a build one landlock_add_rule per fixed path).  The init's main thread
+# stays root and unconfined (the tool can neither signal nor trace it);
 # a throw-away thread takes on the run's confinement, state Linux keeps per thread, and
 # spawns the tool, which inherits exactly that:
 #   unshare(CLONE_FS) + chdir     the tool's cwd
@@ -49,7 +51,7 @@ from toolsrv.run.seccomp import Filter
 CLONE_FS, CLONE_NEWNET = 0x200, 0x40000000
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 MAX_PACKET = 1 << 20
-MAX_FDS = 9  # stdin, stdout, stderr, up to five extra fds, the Landlock ruleset
+MAX_FDS = 8  # stdin, stdout, stderr, up to five extra fds
 _RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
                   signal.SIGCHLD, signal.SIGHUP, signal.SIGQUIT)
 # setgroups, setresuid, setresgid: raw syscall numbers, so only the calling thread changes.
@@ -111,9 +113,41 @@ def main(sock: socket.socket, ctx: Context, group: list[str],
         os._exit(0)
 
 
+class _Rules:
+    """What an init keeps between runs to build rulesets fast: the fixed path lists it was
+    sent, and a PathCache of their O_PATH fds and ready rules (its own inotify watch)."""
+
+    fixed: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    cache: landlock.PathCache | None = None
+
+    @classmethod
+    def build(cls, rules: dict) -> int:
+        """The run's ruleset fd from the request's rules (fixed paths by reference)."""
+        ref = tuple(rules["fixed"]) if "fixed" in rules else None
+        if ref is not None and "fixed_paths" in rules:
+            cls.fixed[ref] = [(p, a) for p, a in rules["fixed_paths"]]  # type: ignore[index]
+        fixed = cls.fixed.get(ref, []) if ref is not None else []  # type: ignore[arg-type]
+        if ref is not None and ref not in cls.fixed:
+            raise OSError(errno.EINVAL, f"landlock: unknown fixed path list {ref}")
+        if cls.cache is None:
+            cls.cache = landlock.PathCache()
+        fd, _skipped = landlock.build_ruleset(
+            rules["abi"], fixed + [(p, a) for p, a in rules["paths"]], handle_net=rules["net"],
+            bind_tcp=rules["bind_tcp"], connect_tcp=rules["connect_tcp"],
+            scoped=rules["scoped"], cache=cls.cache, cached=len(fixed))
+        return fd
+
+
 def _serve(ctx: Context, msg: dict, fds: list[int]) -> bytes:
-    """One run: confine a thread, spawn the tool from it, reap; the report to send."""
-    ruleset = fds.pop() if msg.get("ruleset") else -1
+    """One run: build its ruleset, confine a thread, spawn the tool from it, reap; the
+    report to send."""
+    try:
+        ruleset = _Rules.build(msg["landlock"]) if msg.get("landlock") else -1
+    except (OSError, LookupError, TypeError, ValueError) as e:
+        for fd in fds:
+            os.close(fd)
+        why = e.strerror if isinstance(e, OSError) and e.strerror else repr(e)
+        return b"E" + json.dumps(f"landlock: {why}").encode()
     out: list[object] = []
     done = _thread.allocate_lock()
     done.acquire()

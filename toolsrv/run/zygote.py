@@ -50,7 +50,7 @@ from toolsrv.run.seccomp import Filter
 CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWUSER = 0x40000000, 0x20000000, 0x10000000
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 MAX_PACKET = 1 << 20
-MAX_FDS = 9  # stdin, stdout, stderr, up to five extra fds, the Landlock ruleset
+MAX_FDS = 8  # stdin, stdout, stderr, up to five extra fds
 SPARE_INITS = 4  # inits forked ahead, while idle, at the start
 MAX_WANTED = 64  # spares the server may ask for at once
 RLIMITS = {n: getattr(resource, f"RLIMIT_{n.upper()}")
