@@ -77,8 +77,9 @@ def test_namespaces_are_reused_only_empty(h: Harness) -> None:
     second = burst(h, n)
     for run in first + second:
         # the tool is the init's child, and sees no process of any other run, earlier or
-        # at the same time
-        assert run["ppid"] == 1 and run["seen"] == [], run
+        # at the same time: at most the init's thread that spawned it (a thread is a task of
+        # the namespace too: tid me-1, allocated just before the tool), still ending
+        assert run["ppid"] == 1 and set(run["seen"]) <= {run["me"] - 1}, run
     # A reused namespace goes on numbering where its last run stopped: the tool is not pid 2.
     reused = sum(run["me"] > 2 for run in second)
     assert reused >= n // 2, [run["me"] for run in second]
