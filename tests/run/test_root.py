@@ -166,6 +166,8 @@ def test_a_program_outside_the_grants_names_the_uid_and_the_way_out(
 
 def _nobody_can_run_the_checkout() -> str | None:
     """Why the server cannot run as an ordinary user here, or None."""
+    if not shutil.which("setpriv"):
+        return "no setpriv (util-linux) to run the server as another uid"
     site = [p for p in sys.path if p.endswith("site-packages")]
     for path in [REPO, *site, "/usr/bin/python3"]:
         if subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",

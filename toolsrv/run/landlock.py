@@ -28,7 +28,6 @@ import errno
 import os
 import select
 import stat
-import sys
 
 SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446  # same on x86_64, arm64
 CREATE_RULESET_VERSION = 1

@@ -48,7 +48,7 @@ import sys
 from collections.abc import Callable
 
 from toolsrv.run.cgroups import RunGroups
-from toolsrv.run.pumps import CHUNK, Collector, Feeder  # noqa: F401 - re-exported
+from toolsrv.run.fdpass import recv_into
 
 MAX_PACKET = 1 << 20
 PING_EVERY = 2.0  # seconds between pings while runs wait on the zygote
@@ -385,17 +385,12 @@ class Launcher:
 
     def _on_readable(self) -> None:
         while self._sock is not None:
-            try:  # into one buffer: recv(MAX_PACKET) would map 1 MiB and shrink it each time
-                size, ancillary, _, _ = self._sock.recvmsg_into(
-                    [self._rbuf], socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC)
+            try:
+                size, fds = recv_into(self._sock, self._rbuf, MAX_FDS)
             except BlockingIOError:
                 return
             except OSError:
-                size, ancillary = 0, []
-            fds: list[int] = []
-            for level, kind, blob in ancillary:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds += list(memoryview(blob)[:len(blob) // 4 * 4].cast("i"))
+                size, fds = 0, []
             if not size:
                 for fd in fds:
                     os.close(fd)

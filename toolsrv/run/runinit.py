@@ -46,6 +46,7 @@ import sys
 from typing import NoReturn
 
 from toolsrv.run import cgroups, idmap, landlock
+from toolsrv.run.fdpass import recv_into
 from toolsrv.run.seccomp import Filter
 
 CLONE_FS, CLONE_NEWNET = 0x200, 0x40000000
@@ -291,14 +292,9 @@ def _close_all_but(keep: set[int]) -> None:
 
 def _receive(sock: socket.socket, buf: mmap.mmap) -> tuple[bytes, list[int]] | None:
     try:
-        size, ancillary, _, _ = sock.recvmsg_into([buf], socket.CMSG_SPACE(MAX_FDS * 4),
-                                                  socket.MSG_CMSG_CLOEXEC)
+        size, fds = recv_into(sock, buf, MAX_FDS)
     except OSError:
         return None
-    fds: list[int] = []
-    for level, kind, blob in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds += list(memoryview(blob)[:len(blob) // 4 * 4].cast("i"))
     if not size:
         for fd in fds:
             os.close(fd)

@@ -28,8 +28,6 @@
 from __future__ import annotations
 
 import _thread
-import array
-import collections
 import ctypes
 import errno
 import gc
@@ -43,6 +41,7 @@ import socket
 import sys
 
 from toolsrv.run import runinit
+from toolsrv.run.fdpass import recv_into
 from toolsrv.run.cgroups import RunGroups
 from toolsrv.run.idmap import make_userns
 from toolsrv.run.seccomp import Filter
@@ -219,25 +218,21 @@ class Zygote:
         return pid, ours
 
     def handle_packet(self) -> bool:
-        try:  # not socket.recv_fds: in 3.11 it drops the flags, and so MSG_CMSG_CLOEXEC.
-            # Into one buffer: recvmsg(MAX_PACKET) would map 1 MiB and shrink it every time.
-            size, ancillary, _flags, _addr = self.sock.recvmsg_into(
-                [self.rbuf], socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC)
+        try:
+            size, fds = recv_into(self.sock, self.rbuf, MAX_FDS)
         except (BlockingIOError, InterruptedError):
             return True
         except OSError:
             return False  # the server is gone
-        fds = array.array("i")
-        for level, kind, blob in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.frombytes(blob[:len(blob) - len(blob) % 4])
         if not size:
+            for fd in fds:
+                os.close(fd)
             return False
         try:
             msg = json.loads(self.rbuf[:size])
             if msg["op"] == "spawn":
-                self.spawn(msg, bytes(self.rbuf[:size]), list(fds))
-                fds = array.array("i")
+                self.spawn(msg, bytes(self.rbuf[:size]), fds)
+                fds = []
             elif msg["op"] == "spares":  # the server is running low: more, while idle
                 self.wanted = max(0, min(MAX_WANTED, int(msg["n"])))
             elif msg["op"] == "ping":
