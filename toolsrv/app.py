@@ -56,7 +56,7 @@ class Options(Record):
     FIELDS = ("addrs", "tools", "state_dir", "msize", "trace", "listen_any", "allow_uids",
               "revwait_timeout", "timeout", "max_runs", "run_as", "persist", "auth_secret",
               "max_conns", "max_conns_per_peer", "max_fids", "max_inflight", "max_held",
-              "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args")
+              "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args", "warm")
 
     def __init__(self, addrs: list[str] | None = None, tools: list[str] | None = None,
                  state_dir: str | None = None, msize: int = DEFAULT_MSIZE, trace: bool = False,
@@ -67,7 +67,7 @@ class Options(Record):
                  max_conns_per_peer: int = 256, max_fids: int = 4096, max_inflight: int = 256,
                  max_held: int = 64 << 20, frame_timeout: float = 60.0,
                  max_sessions: int = 10000, max_agents: int = 256, max_queued: int = 1024,
-                 max_args: int = 1 << 20) -> None:
+                 max_args: int = 1 << 20, warm: bool = True) -> None:
         self.addrs: list[str] = [] if addrs is None else addrs  # dial strings; empty: default
         self.tools = tools                  # search path; None: env or defaults
         self.state_dir = state_dir
@@ -93,6 +93,7 @@ class Options(Record):
         self.max_agents = max_agents        # per session
         self.max_queued = max_queued        # calls waiting for a run slot, server-wide
         self.max_args = max_args            # bytes of one call's JSON args
+        self.warm = warm                    # Python tools start warm (doc/performance.md)
 
 
 def _warm_imports() -> None:
@@ -314,7 +315,11 @@ class App:
             from .run.runner import Runner, RunnerConfig
         except ImportError:
             return None, None
-        runner = Runner(RunnerConfig(timeout=self.opts.timeout, run_as=self.opts.run_as))
+        runner = Runner(RunnerConfig(timeout=self.opts.timeout, run_as=self.opts.run_as,
+                                     warm=self.opts.warm))
+        if not self.opts.warm:
+            from .registry import warmstart
+            warmstart.OFF = "warm starts are off (toolsrv serve --no-warm)"
         return runner, runner.tool_uid()
 
     def _check_profile(self, name: str) -> None:

@@ -273,6 +273,7 @@ def test_meta_json_is_the_resolved_definition(t):
         "outputFormat": "text", "cmd": "echo v1", "variant": 1,
         "command": {"rule": "cmd-shell", "kind": "shell", "argv": ["/bin/sh", "-c", "echo v1"],
                     "shell": "echo v1"},
+        "start": {"warm": False, "why": "not a Python script"},
         "extra": {"owner": "me", "x-note": 1}}
     assert json.loads(tool.meta_text) == tool.meta_json()
     assert set(tool.__dict__) >= set(tool.FIELDS)  # make_tool
@@ -375,3 +376,20 @@ def test_symlinked_meta_targets_are_rechecked(t):
     assert r.get("a").description == "one"
     write(target, {"cmd": "exit 0", "description": "two, longer"})  # no event in t/
     assert r.recheck() and r.get("a").description == "two, longer"
+
+
+def test_meta_says_how_a_python_tool_starts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """tools/<tool>/meta's "start": warm with its interpreter, or cold and why (issue 16)."""
+    from toolsrv.registry import warmstart
+    warm = tmp_path / "w"
+    warm.write_text("#!/usr/bin/env python3\nprint(1)\n")
+    flagged = tmp_path / "f"
+    flagged.write_text("#!/usr/bin/python3 -u\nprint(1)\n")
+    p = warmstart.describe([str(warm)], None)
+    assert p["warm"] is True and p["python"].endswith("/python3")
+    assert warmstart.describe([str(warm)], False) == {
+        "warm": False, "why": '"warm": false in the .meta'}
+    assert warmstart.describe([str(flagged)], None) == {
+        "warm": False, "why": "interpreter flag -u is not warmed"}
+    assert warmstart.describe(["/bin/sh", "-c", "echo hi"], None)["why"] == \
+        "not a Python script"

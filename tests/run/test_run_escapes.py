@@ -77,15 +77,21 @@ print(data.decode())
 """
 
 
-@pytest.fixture(scope="module")
-def h() -> Iterator[Harness]:
-    harness = Harness()
+@pytest.fixture(scope="module", params=["cold", "warm"])
+def h(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    harness = Harness(warm=request.param == "warm")  # a warm start is confined the same
     yield harness
     harness.close()
 
 
 def py(h: Harness, code: str, **kw: object):  # type: ignore[no-untyped-def]
-    return h.run(["/usr/bin/python3", "-I", "-c", textwrap.dedent(code)], **kw)
+    """Run `code` as a Python tool (a script: warm in the warm harness)."""
+    script = h.tools / f"py-{marker()}.py"
+    script.write_text("#!/usr/bin/python3\n" + textwrap.dedent(code))
+    script.chmod(0o755)
+    res = h.run([str(script)], **kw)
+    assert res.warm == h.warm or res.error, res
+    return res
 
 
 def growth(path: Path, seconds: float) -> tuple[int, int]:

@@ -23,9 +23,9 @@ pytestmark = pytest.mark.skipif(LANDLOCK.abi < 1, reason=NO_LANDLOCK)
 DENIED = ("EACCES", "EPERM")
 
 
-@pytest.fixture(scope="module")
-def h() -> Iterator[Harness]:
-    harness = Harness()
+@pytest.fixture(scope="module", params=["cold", "warm"])
+def h(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    harness = Harness(warm=request.param == "warm")  # a warm start is confined the same
     yield harness
     harness.close()
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from toolsrv.registry import warmstart
 from toolsrv.run.runner import Runner, RunnerConfig, RunRequest, RunResult
 from toolsrv.run.sandbox import Profile, default_shipped_dir, landlock_status, parse_profile
 
@@ -74,12 +75,15 @@ def processes_with(text: str) -> list[int]:
 class Harness:
     """One loop, one Runner, one scratch tree; see the module docstring."""
 
-    def __init__(self, config: RunnerConfig | None = None) -> None:
+    def __init__(self, config: RunnerConfig | None = None, warm: bool = False) -> None:
+        self.warm = warm  # Python tools start warm (toolsrv/run/warminit.py), and must
         self.loop = asyncio.new_event_loop()
         self.base = Path(tempfile.mkdtemp(prefix="toolsrv-test-", dir="/tmp"))
         self.base.chmod(0o755)
         self.runner = Runner(config)
         self.run_async(self.runner.start())
+        if warm:  # a warm start takes an idle init: the first ones are being forked
+            self.run_async(self._spares())
         self.uid = self.runner.tool_uid()
         self.cwd = self.mkdir("cwd", owned=True)
         self.tools = self.mkdir("tools")
@@ -107,6 +111,8 @@ class Harness:
         kw.setdefault("cwd", str(self.cwd))
         kw.setdefault("env", {})
         kw.setdefault("tool_dir", str(self.tools))
+        if self.warm:
+            kw.setdefault("warm", warmstart.plan)
         return RunRequest(argv=argv, stdin=stdin, profile=profile or self.default, **kw)
 
     def run(self, argv: list[str], stdin: bytes = b"", profile: Profile | None = None,
@@ -121,7 +127,14 @@ class Harness:
         res = self.run([str(self.tools / "probe.py")], json.dumps(list(probes)).encode(),
                        profile, **kw)
         assert res.exit_code == 0 and res.error is None, res
+        assert res.warm == self.warm, res
         return json.loads(res.stdout)
+
+    async def _spares(self) -> None:
+        for _ in range(200):
+            if self.runner.launcher._spares:
+                return
+            await asyncio.sleep(0.05)
 
     def settle(self) -> None:
         """Let background work (scratch removal, reaping after cancel) finish."""

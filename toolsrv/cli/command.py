@@ -189,6 +189,8 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--timeout",), dict(type=float, default=30.0, help="default tool timeout, seconds")),
     (("--max-runs",), dict(type=int, default=16, help="concurrent tool runs, server-wide")),
     (("--run-as",), dict(default="nobody", help="uid tools run as when serving as root")),
+    (("--no-warm",), dict(action="store_true", help="start every Python tool cold (a fresh "
+                          "interpreter per call; doc/performance.md, Warm starts)")),
     (("--revwait-timeout",), dict(type=float, default=60.0)),
     (("--auth-secret",), dict(metavar="FILE", help="TCP clients must prove this shared secret "
                               "(9P Tauth); a mode-600 file of at least 16 bytes; required "
@@ -274,7 +276,7 @@ def serve_options(args: Any) -> Any:
                    max_held=args.max_held,
                    frame_timeout=args.frame_timeout, max_sessions=args.max_sessions,
                    max_agents=args.max_agents, max_queued=args.max_queued,
-                   max_args=args.max_args)
+                   max_args=args.max_args, warm=not args.no_warm)
 
 
 def serve(args: Any) -> int:

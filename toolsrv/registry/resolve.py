@@ -28,6 +28,7 @@ from typing import Any
 from .metafile import default_args, validator_class
 from ..record import Frozen, setfield
 from .variants import Host
+from . import warmstart
 
 SHELL = "/bin/sh"
 RULES = ("beside", "cmd-absolute", "cmd-path", "cmd-shell", "path")
@@ -128,6 +129,7 @@ class Tool(Frozen):
             if v is not None:
                 out[k] = v
         out["command"] = self.command.to_json()
+        out["start"] = warmstart.describe(list(self.command.argv), self.extra.get("warm"))
         if self.extra:
             out["extra"] = self.extra
         return out

@@ -45,10 +45,10 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
 
 from toolsrv.run.cgroups import RunGroups
 from toolsrv.run.fdpass import recv_into
+from toolsrv.run.handle import LaunchHandle, _Spare
 
 MAX_PACKET = 1 << 20
 PING_EVERY = 2.0  # seconds between pings while runs wait on the zygote
@@ -58,6 +58,8 @@ MAX_FIXED = 32  # fixed path lists named before the names start again
 SPARE_INITS = 4  # idle inits wanted: fewer, and the zygote is asked for more
 MAX_IDLE = 64  # idle inits kept at most
 IDLE_TRIM = 2.0  # seconds without a spawn: idle inits beyond SPARE_INITS are let go
+WARM_KEEP = 2  # warm inits kept per interpreter once IDLE_TRIM has passed without a spawn
+WARM_IDLE = 60.0  # seconds without a call of its kind: a kind's warm inits are let go
 # the checkout that holds the toolsrv package: toolsrv/run/launcher.py, three levels down
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 _BOOT = "import sys; sys.path.insert(0, sys.argv[4]); from toolsrv.run.zygote import main; " \
@@ -66,96 +68,6 @@ _BOOT = "import sys; sys.path.insert(0, sys.argv[4]); from toolsrv.run.zygote im
 
 class LauncherDied(Exception):
     """The zygote is gone (or could not start)."""
-
-
-class _Spare:
-    """An init waiting for a run: its socket and a pidfd on it."""
-
-    __slots__ = ("sock", "pidfd", "known")
-
-    def __init__(self, sock: socket.socket, pidfd: int) -> None:
-        self.sock, self.pidfd = sock, pidfd
-        self.known: set[int] = set()  # the fixed path lists it has been sent
-
-    def close(self) -> None:
-        self.sock.close()
-        os.close(self.pidfd)
-
-
-class LaunchHandle:
-    """One spawned run: our ends of its pipes, its init, and the init's answer."""
-
-    def __init__(self, run_id: int, fds: tuple[int, int, int]) -> None:
-        loop = asyncio.get_running_loop()
-        self.id = run_id
-        self.stdin, self.stdout, self.stderr = fds
-        self.killed = False
-        self.exited: asyncio.Future[tuple[int | None, str | None]] = loop.create_future()
-        self._owned = True
-        self.knows: object = None  # the fixed path list sent along with it, if any
-        self._init: _Spare | None = None
-        self._release: Callable[[_Spare], None] | None = None
-
-    def attach(self, init: _Spare, release: Callable[[_Spare], None]) -> None:
-        """The init has the run: wait for its report (and kill it if a kill came first);
-        `release` takes the init back once it has reported (its namespace is empty)."""
-        self._init, self._release = init, release
-        asyncio.get_running_loop().add_reader(init.sock.fileno(), self._on_report)
-        if self.killed:
-            self._kill()
-
-    def _on_report(self) -> None:
-        assert self._init is not None
-        try:
-            data = self._init.sock.recv(65536)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if data.startswith(b"S"):
-            self._set((int(data[1:]), None), reusable=True)
-        elif data.startswith(b"E"):
-            self._set((None, json.loads(data[1:])), reusable=True)
-        else:  # it ended without a word (killed): done once its namespace is empty
-            loop = asyncio.get_running_loop()
-            loop.remove_reader(self._init.sock.fileno())
-            loop.add_reader(self._init.pidfd, self._on_gone)
-
-    def _on_gone(self) -> None:
-        if self.killed:
-            self._set((signal.SIGKILL, None))
-        else:
-            self._set((None, "the run's init ended before it reported"))
-
-    def _kill(self) -> None:
-        if self._init is not None and not self.exited.done():
-            try:
-                signal.pidfd_send_signal(self._init.pidfd, signal.SIGKILL)
-            except OSError:
-                pass
-
-    def taken(self) -> None:
-        """The pumps own the pipe fds now; close_fds() leaves them alone."""
-        self._owned = False
-
-    def close_fds(self) -> None:
-        if self._owned:
-            for fd in (self.stdin, self.stdout, self.stderr):
-                os.close(fd)
-            self._owned = False
-
-    def _set(self, value: tuple[int | None, str | None], reusable: bool = False) -> None:
-        if not self.exited.done():
-            self.exited.set_result(value)
-        init, self._init = self._init, None
-        if init is not None:
-            loop = asyncio.get_running_loop()
-            loop.remove_reader(init.sock.fileno())
-            loop.remove_reader(init.pidfd)
-            if reusable and not self.killed and self._release is not None:
-                self._release(init)  # its namespace is empty: ready for another run
-            else:
-                init.close()
 
 
 class Launcher:
@@ -185,6 +97,11 @@ class Launcher:
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._spares: collections.deque[_Spare] = collections.deque()  # idle inits
+        self._warm: dict[str, collections.deque[_Spare]] = {}  # idle warm inits, by kind
+        self._warm_used: dict[str, float] = {}  # when a kind was last spawned
+        self.warm_started = 0  # inits turned warm
+        self.warm_lost = 0  # warm inits found dead while idle
+        self._warm_timer: asyncio.TimerHandle | None = None
         self._asked = 0  # spares asked of the zygote and not yet had
         self._last_spawn = 0.0
         self._trim: asyncio.TimerHandle | None = None
@@ -243,12 +160,15 @@ class Launcher:
         loop.add_reader(pidfd, self._on_exit, pidfd, proc, self._gone)
         loop.add_reader(parent.fileno(), self._on_readable)
 
-    def spawn(self, msg: dict, extra_fds: tuple[int, ...] = ()) -> LaunchHandle:
+    def spawn(self, msg: dict, extra_fds: tuple[int, ...] = (),
+              warm: tuple[str, dict] | None = None) -> LaunchHandle:
         """Launch one run; the handle's future reports its end.
 
         msg: argv, env, cwd, uid/gid, rlimits, netns, nnp, and "landlock": the rules to build
         the ruleset from (or None).  `extra_fds` reach the tool as fds 3, 4, ...; the caller
-        keeps and closes them."""
+        keeps and closes them.  `warm` = (kind, the request that makes an init warm): the
+        run goes to a warm init of that kind (msg has "warm": the script), or to an idle
+        cold init made warm for it; with neither idle it runs cold (handle.warm is None)."""
         if self._sock is None:
             raise LauncherDied("launcher not running")
         stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
@@ -257,7 +177,10 @@ class Launcher:
         mine = [stdin_r, stdout_w, stderr_w]
         handle = LaunchHandle(next(self._ids), (stdin_w, stdout_r, stderr_r))
         try:
-            self._hand_over(handle, {**msg, "id": handle.id}, mine + list(extra_fds))
+            if warm is None or not self._hand_warm(handle, {**msg, "id": handle.id},
+                                                   mine + list(extra_fds), *warm):
+                cold = {k: v for k, v in msg.items() if k != "warm"}
+                self._hand_over(handle, {**cold, "id": handle.id}, mine + list(extra_fds))
         except BaseException:
             handle.close_fds()
             raise
@@ -311,6 +234,76 @@ class Launcher:
         self._waiting[handle.id] = handle
         self._watch_soon()
 
+    def _hand_warm(self, handle: LaunchHandle, msg: dict, fds: list[int], kind: str,
+                   become: dict) -> bool:
+        """Give the run to an idle warm init of its kind, or make an idle cold one warm
+        (the request to exec the interpreter, then the run, queued on its socket); False
+        when neither is idle."""
+        loop = asyncio.get_running_loop()
+        self._last_spawn = self._warm_used[kind] = loop.time()
+        pool = self._warm.get(kind)
+        while pool:
+            init = pool.pop()
+            data, sent = self._request(msg, init.known)
+            try:
+                socket.send_fds(init.sock, [data], fds)
+            except OSError:  # it died while idle: the next one, or a new one
+                self.warm_lost += 1
+                init.close()
+                continue
+            if sent is not None:
+                init.known.add(sent)  # type: ignore[arg-type]
+            handle.warm = kind
+            handle.attach(init, self._idle)
+            return True
+        while self._spares:
+            init = self._spares.pop()
+            init.known = set()  # a warm init starts with an empty rule cache
+            data, sent = self._request(msg, init.known)
+            try:
+                init.sock.send(json.dumps(become).encode())
+                socket.send_fds(init.sock, [data], fds)
+            except OSError:
+                init.close()
+                continue
+            if sent is not None:
+                init.known.add(sent)  # type: ignore[arg-type]
+            init.kind = kind
+            self.warm_started += 1
+            self._low_water()
+            handle.warm, handle.warming = kind, True
+            handle.attach(init, self._idle)
+            self._warm_timer_soon()
+            return True
+        return False
+
+    def warm_pids(self) -> list[tuple[str, int]]:
+        """(kind, pid) of every idle warm init."""
+        out = []
+        for kind, pool in self._warm.items():
+            for init in pool:
+                pid = init.pid()
+                if pid is not None:
+                    out.append((kind, pid))
+        return out
+
+    def _warm_timer_soon(self) -> None:
+        if self._warm_timer is None:
+            self._warm_timer = asyncio.get_running_loop().call_later(
+                WARM_IDLE / 4, self._trim_warm)
+
+    def _trim_warm(self) -> None:
+        """Let go the warm inits of a kind not called for WARM_IDLE seconds."""
+        self._warm_timer = None
+        now = asyncio.get_running_loop().time()
+        for kind in list(self._warm):
+            if now - self._warm_used.get(kind, 0.0) >= WARM_IDLE:
+                for init in self._warm.pop(kind):
+                    init.close()
+                self._warm_used.pop(kind, None)
+        if self._warm:
+            self._warm_timer_soon()
+
     def _low_water(self) -> None:
         """Ask the zygote for spares, while idle, when few inits are left idle."""
         if len(self._spares) + self._asked < SPARE_INITS and self._sock is not None:
@@ -319,6 +312,16 @@ class Launcher:
 
     def _idle(self, init: _Spare) -> None:
         """An init that has reported: its namespace is empty, it waits for another run."""
+        if init.kind is not None:
+            pool = self._warm.setdefault(init.kind, collections.deque())
+            if self._sock is None or len(pool) >= MAX_IDLE:
+                init.close()
+                return
+            pool.append(init)
+            if len(pool) > WARM_KEEP and self._trim is None:
+                self._trim = asyncio.get_running_loop().call_later(IDLE_TRIM, self._trim_idle)
+            self._warm_timer_soon()
+            return
         if self._sock is None or len(self._spares) >= MAX_IDLE:
             init.close()
             return
@@ -335,6 +338,9 @@ class Launcher:
             return
         while len(self._spares) > SPARE_INITS:
             self._spares.popleft().close()  # the least recently used
+        for pool in self._warm.values():
+            while len(pool) > WARM_KEEP:
+                pool.popleft().close()
 
     def kill(self, handle: LaunchHandle) -> None:
         """SIGKILL the run's whole namespace (through its init's pidfd)."""
@@ -435,6 +441,13 @@ class Launcher:
             self._trim = None
         while self._spares:
             self._spares.popleft().close()
+        if self._warm_timer is not None:
+            self._warm_timer.cancel()
+            self._warm_timer = None
+        for pool in self._warm.values():
+            while pool:
+                pool.popleft().close()
+        self._warm.clear()
         handles, self._handles, self._waiting = self._handles, {}, {}
         for h in handles.values():
             h._set((None, why))

@@ -47,6 +47,7 @@ from typing import NoReturn
 
 from toolsrv.run import cgroups, idmap, landlock
 from toolsrv.run.fdpass import recv_into
+from toolsrv.run.rules import RuleCache
 from toolsrv.run.seccomp import Filter
 
 CLONE_FS, CLONE_NEWNET = 0x200, 0x40000000
@@ -107,43 +108,24 @@ def main(sock: socket.socket, ctx: Context, group: list[str],
                     os.close(fd)
                 report = b"E" + json.dumps(f"cgroup: {joined.strerror}").encode()
             else:
-                report = _serve(ctx, json.loads(run[0]), run[1])
+                msg = json.loads(run[0])
+                if msg.get("op") == "warm":  # from now on a warm init (never returns)
+                    _warm_up(sock, ctx, msg, run[1])
+                report = _serve(ctx, msg, run[1])
             run = None
             sock.send(report)
     finally:
         os._exit(0)
 
 
-class _Rules:
-    """What an init keeps between runs to build rulesets fast: the fixed path lists it was
-    sent, and a PathCache of their O_PATH fds and ready rules (its own inotify watch)."""
-
-    fixed: dict[tuple[int, int], list[tuple[str, int]]] = {}
-    cache: landlock.PathCache | None = None
-
-    @classmethod
-    def build(cls, rules: dict) -> int:
-        """The run's ruleset fd from the request's rules (fixed paths by reference)."""
-        ref = tuple(rules["fixed"]) if "fixed" in rules else None
-        if ref is not None and "fixed_paths" in rules:
-            cls.fixed[ref] = [(p, a) for p, a in rules["fixed_paths"]]  # type: ignore[index]
-        fixed = cls.fixed.get(ref, []) if ref is not None else []  # type: ignore[arg-type]
-        if ref is not None and ref not in cls.fixed:
-            raise OSError(errno.EINVAL, f"landlock: unknown fixed path list {ref}")
-        if cls.cache is None:
-            cls.cache = landlock.PathCache()
-        fd, _skipped = landlock.build_ruleset(
-            rules["abi"], fixed + [(p, a) for p, a in rules["paths"]], handle_net=rules["net"],
-            bind_tcp=rules["bind_tcp"], connect_tcp=rules["connect_tcp"],
-            scoped=rules["scoped"], cache=cls.cache, cached=len(fixed))
-        return fd
+_RULES = RuleCache()
 
 
 def _serve(ctx: Context, msg: dict, fds: list[int]) -> bytes:
     """One run: build its ruleset, confine a thread, spawn the tool from it, reap; the
     report to send."""
     try:
-        ruleset = _Rules.build(msg["landlock"]) if msg.get("landlock") else -1
+        ruleset = _RULES.build(msg["landlock"]) if msg.get("landlock") else -1
     except (OSError, LookupError, TypeError, ValueError) as e:
         for fd in fds:
             os.close(fd)
@@ -229,6 +211,50 @@ def _confine_and_spawn(ctx: Context, msg: dict, fds: list[int], ruleset: int) ->
         except OSError:
             pass  # it has ended already
     return pid
+
+
+def _warm_up(sock: socket.socket, ctx: Context, msg: dict, fds: list[int]) -> NoReturn:
+    """Become a warm init (toolsrv/run/warminit.py): take on what every run of its kind
+    shares, as posix_spawn and the spawning thread would give it to a tool (signals reset,
+    the netns, a root server's idmapped grants, the tools' uid, which drops every
+    capability), and exec the interpreter.
+    A step that fails is reported as b"F<reason>"; the init then ends."""
+    for fd in fds:
+        os.close(fd)
+    step = "memfd"
+    try:
+        from toolsrv.run import warminit
+        code = os.memfd_create("toolsrv-warm", 0)
+        os.write(code, warminit.bundle())
+        os.lseek(code, 0, os.SEEK_SET)
+        for sig in _RESET_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        if msg["netns"] and ctx.netns >= 0:
+            step = "netns"
+            _check(_setns(ctx.netns, CLONE_NEWNET))
+        if msg.get("mounts"):  # the grants of its kind, idmapped, in its own mount ns
+            step = "mounts"
+            idmap.apply(msg["mounts"], ctx.userns, msg["uid"])
+        for fd in (ctx.netns, ctx.userns):
+            if fd >= 0:
+                os.close(fd)
+        if msg.get("uid") is not None:
+            step = "uid"
+            os.setgroups([])
+            os.setresgid(msg["gid"], msg["gid"], msg["gid"])
+            os.setresuid(msg["uid"], msg["uid"], msg["uid"])
+        os.set_inheritable(sock.fileno(), True)
+        os.set_inheritable(code, True)
+        step = "exec: " + msg["python"]
+        os.execve(msg["python"], [msg["argv0"], "-c", warminit.BOOT, str(sock.fileno()),
+                                  str(code), ",".join(warminit.WARMED)], msg["env"])
+    except (OSError, ImportError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        try:
+            sock.send(b"F" + json.dumps(f"{step}: {why}").encode())
+        finally:
+            os._exit(1)
 
 
 def _reap_until(tool: int, pidns: bool) -> int:

@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import logging
 import math
 import os
 import pwd
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from toolsrv.run import landlock
@@ -42,6 +43,9 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 DEFAULT_RLIMITS = {"as": 8 << 30, "fsize": 1 << 30, "nofile": 4096, "core": 0, "nproc": 4096}
 DEFAULT_RUN_LIMITS = {"pids": 1024, "memory": 4 << 30}
 DRAIN_GRACE = 2.0  # seconds to reach EOF on the pipes after the run has ended or been killed
+STARTUP_ENV = ("LC_ALL", "LC_CTYPE", "LANG", "TZ")  # and PYTHON*: read by Python as it starts
+WARM_RETRY = 60.0  # seconds before an interpreter that failed to warm up is tried again
+log = logging.getLogger("toolsrv.warm")
 
 
 class RunnerConfig(Record):
@@ -50,13 +54,14 @@ class RunnerConfig(Record):
     rlimits: name -> value (soft = hard) among cpu, as, fsize, nofile, core, nproc, data,
     stack, memlock.  Without "cpu", each run gets ceil(timeout) + 1 CPU seconds."""
     FIELDS = ("timeout", "stdout_cap", "stderr_cap", "run_as", "rlimits", "tmp_base",
-              "approval_timeout", "bypass_socket", "namespaces", "run_limits")
+              "approval_timeout", "bypass_socket", "namespaces", "run_limits", "warm")
 
     def __init__(self, timeout: float = 30.0, stdout_cap: int = 10 * 2**20,
                  stderr_cap: int = 10 * 2**20, run_as: str | int | None = "nobody",
                  rlimits: dict[str, int] | None = None, tmp_base: str | None = None,
                  approval_timeout: float = 60.0, bypass_socket: str | None = None,
-                 namespaces: bool = True, run_limits: dict | None = None) -> None:
+                 namespaces: bool = True, run_limits: dict | None = None,
+                 warm: bool = True) -> None:
         self.timeout = timeout
         self.stdout_cap = stdout_cap
         self.stderr_cap = stderr_cap
@@ -71,17 +76,19 @@ class RunnerConfig(Record):
         # A cgroup per run where one may be made: {"pids": N, "memory": bytes} bound the
         # run as a whole ({"cgroups": False}: none); see toolsrv/run/cgroups.py.
         self.run_limits = dict(DEFAULT_RUN_LIMITS) if run_limits is None else run_limits
+        self.warm = warm                # Python scripts start warm (toolsrv/run/warminit.py)
 
 
 class RunRequest(Record):
     """One tool call: the resolved command and everything it runs with."""
     FIELDS = ("argv", "stdin", "cwd", "env", "profile", "tool_dir", "timeout", "elevated",
-              "context", "kill", "extra_fds")
+              "context", "kill", "extra_fds", "warm")
 
     def __init__(self, argv: list[str], stdin: bytes, cwd: str, env: dict[str, str],
                  profile: Profile, tool_dir: str | None = None, timeout: float | None = None,
                  elevated: bool = False, context: dict | None = None,
-                 kill: asyncio.Event | None = None, extra_fds: tuple[int, ...] = ()) -> None:
+                 kill: asyncio.Event | None = None, extra_fds: tuple[int, ...] = (),
+                 warm: Callable[..., tuple[Any, str | None]] | None = None) -> None:
         self.argv = argv
         self.stdin = stdin
         self.cwd = cwd
@@ -93,17 +100,18 @@ class RunRequest(Record):
         self.context: dict = {} if context is None else context
         self.kill = kill                # set: kill the run, keep what it printed (cancelled)
         self.extra_fds = extra_fds      # given to the tool as fds 3, 4, ... (caller keeps them)
+        self.warm = warm                # plan(argv, env, cwd) of a warm start, or None: cold
 
 
 class RunResult(Record):
     """How a run ended. error is set when it was refused or could not be launched."""
     FIELDS = ("stdout", "stderr", "exit_code", "signal", "timed_out", "cancelled", "truncated",
-              "duration", "error", "timeout_used")
+              "duration", "error", "timeout_used", "warm")
 
     def __init__(self, stdout: bytes = b"", stderr: bytes = b"", exit_code: int | None = None,
                  signal: int | None = None, timed_out: bool = False, cancelled: bool = False,
                  truncated: str | None = None, duration: float = 0.0, error: str | None = None,
-                 timeout_used: float = 0.0) -> None:
+                 timeout_used: float = 0.0, warm: bool = False) -> None:
         self.stdout = stdout
         self.stderr = stderr
         self.exit_code = exit_code
@@ -114,6 +122,7 @@ class RunResult(Record):
         self.duration = duration        # seconds from launch (after any approval) to the end
         self.error = error
         self.timeout_used = timeout_used
+        self.warm = warm                # it ran in a warm interpreter (toolsrv/run/warminit.py)
 
 
 class Runner:
@@ -133,6 +142,8 @@ class Runner:
                                  limits=self.config.run_limits, idmap=self._uid)
         self.scratch = _Scratch(self.config.tmp_base, self._uid)
         self._background: set[asyncio.Task[None]] = set()
+        self._warm_broken: dict[str, tuple[float, str]] = {}  # kind -> (when, why)
+        self._warm_said: set[str] = set()  # fallback reasons logged once
 
     def _launcher_limits(self) -> dict[str, int]:
         """The server-wide rlimits, which the zygote takes on itself and passes to every tool.
@@ -211,25 +222,85 @@ class Runner:
             self.scratch.release(tmpdir)
             res.cancelled, res.duration = True, time.monotonic() - t0
             return res
-        try:
-            policy = req.profile.resolve(placeholder_values(req.cwd, tmpdir, req.tool_dir))
-            handle = self.launcher.spawn(self._spawn_message(req, policy, tmpdir, timeout),
-                                         req.extra_fds)
-        except (OSError, LauncherDied, ValueError) as e:
-            self.scratch.release(tmpdir)
-            res.error = f"sandbox: launch failed (input/output error): {e}"
-            res.duration = time.monotonic() - t0
-            return res
-        try:
-            await self._pump(handle, req.stdin, t0 + timeout, res, req.kill)
-        except asyncio.CancelledError:
-            self.launcher.kill(handle)
-            handle.close_fds()
-            self._later(self._reap_then_remove(handle, tmpdir))
-            raise
+        warm = None
+        for attempt in (0, 1):
+            try:
+                if attempt == 0:
+                    policy = req.profile.resolve(
+                        placeholder_values(req.cwd, tmpdir, req.tool_dir))
+                    msg = self._spawn_message(req, policy, tmpdir, timeout)
+                    warm = self._warm_start(req, msg)
+                handle = self.launcher.spawn(msg, req.extra_fds, warm)
+            except (OSError, LauncherDied, ValueError) as e:
+                self.scratch.release(tmpdir)
+                res.error = f"sandbox: launch failed (input/output error): {e}"
+                res.duration = time.monotonic() - t0
+                return res
+            try:
+                await self._pump(handle, req.stdin, t0 + timeout, res, req.kill)
+            except asyncio.CancelledError:
+                self.launcher.kill(handle)
+                handle.close_fds()
+                self._later(self._reap_then_remove(handle, tmpdir))
+                raise
+            res.warm = handle.warm is not None and handle.warm_failed is None
+            if handle.warm_failed is None or warm is None or res.stdout or res.stderr:
+                break
+            self._warm_broken[warm[0]] = (time.monotonic(), handle.warm_failed)
+            self._say(f"broken {warm[0]}", f"warm start of {warm[1]['python']} failed "
+                      f"({handle.warm_failed}); its tools start cold for {WARM_RETRY:.0f} s")
+            res, warm = RunResult(timeout_used=timeout), None  # the same call, cold
         self.scratch.release(tmpdir)
         res.duration = time.monotonic() - t0
         return res
+
+    def _warm_start(self, req: RunRequest, msg: dict) -> tuple[str, dict] | None:
+        """(kind, the request that makes an init warm) for a call that starts warm, with
+        the script put in msg; None for a cold start (the reason is logged once)."""
+        if req.warm is None or not self.config.warm:
+            return None
+        plan, why = req.warm(req.argv, msg["env"], req.cwd)
+        if plan is None:
+            if why is not None:
+                self._say(f"{req.argv[0]}: {why}", f"{req.argv[0]} starts cold: {why}")
+            return None
+        boot = {k: v for k, v in msg["env"].items()
+                if k.startswith("PYTHON") or k in STARTUP_ENV}
+        # a root server's grants that need idmapped mounts are mounted for the warm init
+        # once (toolsrv/run/runinit.py): its kind is that plan too
+        kind = repr((plan.python, sorted(boot.items()), msg["uid"], msg["netns"],
+                     msg.get("mounts")))
+        broken = self._warm_broken.get(kind)
+        if broken is not None:
+            if time.monotonic() - broken[0] < WARM_RETRY:
+                return None
+            del self._warm_broken[kind]
+        boot["HOME"] = "/nonexistent"  # the call's $HOME is set in the child (its user site)
+        if "PATH" in msg["env"]:
+            boot["PATH"] = msg["env"]["PATH"]
+        msg["warm"] = plan.message()
+        return kind, {"op": "warm", "python": plan.python, "argv0": plan.argv0, "env": boot,
+                      "uid": msg["uid"], "gid": msg["gid"], "netns": msg["netns"],
+                      "mounts": msg.get("mounts")}
+
+    def _say(self, key: str, text: str) -> None:
+        """Log a warm-start fallback once."""
+        if key not in self._warm_said and len(self._warm_said) < 1024:
+            self._warm_said.add(key)
+            log.warning("%s", text)
+
+    def warm_figures(self) -> tuple[int, int]:
+        """(idle warm interpreters, their RSS in KiB)."""
+        pids = self.launcher.warm_pids()
+        rss = 0
+        for _kind, pid in pids:
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    rss += next((int(line.split()[1]) for line in f
+                                 if line.startswith("VmRSS:")), 0)
+            except (OSError, ValueError):
+                pass
+        return len(pids), rss
 
     async def _refusal(self, req: RunRequest) -> str | None:
         if req.elevated:

@@ -29,6 +29,7 @@ from .. import errors as E
 from ..errors import P9Error, defuse
 from .jsonargs import fit
 from ..record import Plain
+from ..registry import warmstart
 from ..run.runner import RunRequest
 from ..run.sandbox import load_profile
 from .sessions import Agent
@@ -226,7 +227,9 @@ class Scheduler:
                                  context={"session": s.name, "agent": call.agent.name,
                                           "tool": call.tool, "args": call.args, "cwd": s.cwd},
                                  kill=call.kill,
-                                 extra_fds=(conn.fileno(),) if conn is not None else ())
+                                 extra_fds=(conn.fileno(),) if conn is not None else (),
+                                 warm=None if (getattr(tool, "extra", None) or {}).get(
+                                     "warm") is False else warmstart.plan)
                 call.state = "running"
                 call.started = time.monotonic()
                 call.result = await self.runner.run(req)

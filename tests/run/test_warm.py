@@ -1,0 +1,376 @@
+"""Warm starts (issue 16): a Python tool forked from a warm interpreter sees what a cold
+start shows it.  Each contract item is checked by running the same probe warm and cold and
+comparing what it reports; then the fallbacks, a warm interpreter killed between and during
+calls, a grandchild that outlives its tool, and calls of two profiles interleaved, each
+getting exactly its own ruleset.  (The sandbox and escape suites run warm as well: their
+harness fixtures are parametrized cold/warm.)"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from sandbox_support import (LANDLOCK, NO_LANDLOCK, Harness, marker,  # noqa: E402
+                             profile_with, sleepers)
+
+from toolsrv.registry import warmstart  # noqa: E402
+
+pytestmark = pytest.mark.skipif(LANDLOCK.abi < 1, reason=NO_LANDLOCK)
+
+# What a tool can see of how it was started; printed as one JSON object.
+PROBE = r'''
+import json, os, resource, signal, socket, sys
+def isopen(fd):
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+def stdio(s):
+    b = s.buffer
+    return [s.encoding, s.errors, s.line_buffering, s.write_through, s.mode, s.name,
+            type(b).__name__, getattr(getattr(b, "raw", b), "name", None), s.isatty()]
+print(json.dumps({
+    "name": __name__, "file": __file__, "argv": sys.argv, "orig_argv": sys.orig_argv,
+    "path0": sys.path[0], "path": sys.path, "executable": sys.executable,
+    "prefix": sys.prefix, "flags": list(sys.flags),
+    "main": sorted(k for k in globals() if k.startswith("__")),
+    "main_is_module": sys.modules["__main__"].__dict__ is globals(),
+    "env": {k: v for k, v in os.environ.items() if k not in ("TMPDIR", "HOME")},
+    "home_is_tmp": os.environ["HOME"] == os.environ["TMPDIR"],
+    "cwd": os.getcwd(), "umask": os.umask(0o22), "uid": os.getuid(), "gid": os.getgid(),
+    "groups": os.getgroups(), "ppid": os.getppid(), "sid": os.getsid(0) == os.getpid(),
+    "fds": [fd for fd in range(256) if isopen(fd)],
+    "stdio": [stdio(s) for s in (sys.stdin, sys.stdout, sys.stderr)],
+    "dunder_stdio": [s is getattr(sys, "__%s__" % n)
+                     for s, n in ((sys.stdin, "stdin"), (sys.stdout, "stdout"))],
+    "signals": {s.name: str(signal.getsignal(s)) for s in signal.Signals
+                if s not in (signal.SIGKILL, signal.SIGSTOP)},
+    "mask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+    "rlimits": {n: resource.getrlimit(getattr(resource, n))
+                for n in sorted(dir(resource)) if n.startswith("RLIMIT_")},
+    "interfaces": [n for _, n in socket.if_nameindex()],
+    "stdin": sys.stdin.read(),
+    "toolsrv_loaded": sorted(m for m in sys.modules if m.split(".")[0] in ("toolsrv", "proto")),
+}))
+'''
+
+
+@pytest.fixture(scope="module")
+def hc() -> Iterator[Harness]:
+    harness = Harness()
+    yield harness
+    harness.close()
+
+
+@pytest.fixture(scope="module")
+def hw() -> Iterator[Harness]:
+    harness = Harness(warm=True)
+    yield harness
+    harness.close()
+
+
+def script(h: Harness, body: str, shebang: str = "#!/usr/bin/python3",
+           name: str | None = None) -> Path:
+    path = h.tools / (name or f"t{marker()}.py")
+    path.write_text(shebang + "\n" + textwrap.dedent(body))
+    path.chmod(0o755)
+    return path
+
+
+def both(hc: Harness, hw: Harness, body: str, stdin: bytes = b"{}", **kw: object):
+    """The same script run cold (hc) and warm (hw); the warm one must have run warm."""
+    name = f"t{marker()}.py"
+    cold = hc.run([str(script(hc, body, name=name))], stdin, **kw)
+    warm = hw.run([str(script(hw, body, name=name))], stdin, **kw)
+    assert warm.warm and not cold.warm, (cold, warm)
+    return cold, warm
+
+
+def test_the_probe_sees_the_same_start_warm_and_cold(hc: Harness, hw: Harness) -> None:
+    cold, warm = both(hc, hw, PROBE, b'{"x": 1}')
+    assert cold.exit_code == warm.exit_code == 0, (cold, warm)
+    c, w = json.loads(cold.stdout), json.loads(warm.stdout)
+    for d in (c, w):  # the two harnesses differ in their own paths only
+        for k in ("file", "path0", "cwd"):
+            d[k] = d[k].replace(str(hc.base), "BASE").replace(str(hw.base), "BASE")
+        d["argv"] = [a.replace(str(hc.base), "BASE").replace(str(hw.base), "BASE")
+                     for a in d["argv"]]
+        d["orig_argv"] = [a.replace(str(hc.base), "BASE").replace(str(hw.base), "BASE")
+                          for a in d["orig_argv"]]
+        d["path"][0] = "PATH0"
+        d["env"]["PWD"] = d["env"].get("PWD", "").replace(str(hc.base), "BASE").replace(
+            str(hw.base), "BASE")
+    assert w == c
+    assert w["name"] == "__main__" and w["main_is_module"] and w["stdin"] == '{"x": 1}'
+    assert w["fds"] == [0, 1, 2] and w["ppid"] == 1 and w["sid"] and w["home_is_tmp"]
+    assert w["interfaces"] in ([], ["lo"]) and w["toolsrv_loaded"] == []
+
+
+@pytest.mark.parametrize("body, code, sig", [
+    ("import sys\nsys.exit(3)\n", 3, None),
+    ("import os\nos._exit(4)\n", 4, None),
+    ("import sys\nsys.exit('bye')\n", 1, None),
+    ("raise ValueError('boom')\n", 1, None),
+    ("def f(:\n", 1, None),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n", None, signal.SIGTERM),
+    ("raise KeyboardInterrupt\n", None, signal.SIGINT),
+])
+def test_the_exit_status_and_stderr_are_a_cold_starts(hc: Harness, hw: Harness, body: str,
+                                                      code: int | None,
+                                                      sig: int | None) -> None:
+    cold, warm = both(hc, hw, body)
+    assert (cold.exit_code, cold.signal) == (warm.exit_code, warm.signal) == (code, sig)
+    strip = (lambda r, h: r.stderr.decode().replace(str(h.base), "BASE"))
+    assert strip(warm, hw) == strip(cold, hc)
+
+
+def test_atexit_and_finally_run_on_a_normal_exit(hc: Harness, hw: Harness) -> None:
+    body = """
+    import atexit, sys
+    atexit.register(lambda: print("atexit"))
+    try:
+        print("body")
+        sys.exit(0)
+    finally:
+        print("finally")
+    """
+    cold, warm = both(hc, hw, body)
+    assert warm.stdout == cold.stdout == b"body\nfinally\natexit\n"
+
+
+def test_a_sibling_module_imports(hw: Harness) -> None:
+    m = marker().replace(".", "_")
+    (hw.tools / f"helper_{m}.py").write_text("VALUE = 42\n")
+    res = hw.run([str(script(hw, f"import helper_{m}\nprint(helper_{m}.VALUE)\n"))])
+    assert res.warm and res.stdout == b"42\n", res
+
+
+def test_no_state_crosses_calls(hw: Harness) -> None:
+    body = """
+    import json, sys
+    print(hasattr(json, "seen"), "seen_mod" in sys.modules)
+    json.seen = 1
+    sys.modules["seen_mod"] = sys
+    """
+    path = script(hw, body)
+    for _ in range(3):
+        res = hw.run([str(path)])
+        assert res.warm and res.stdout == b"False False\n", res
+
+
+def test_a_grandchild_is_killed_with_the_run(hw: Harness) -> None:
+    m = marker()
+    body = f"""
+    import os
+    if os.fork() == 0:
+        os.setsid()
+        os.execv("/bin/sleep", ["sleep", "{m}"])
+    print("parent done")
+    """
+    res = hw.run([str(script(hw, body))])
+    assert res.warm and res.stdout == b"parent done\n", res
+    assert sleepers(m) == []
+
+
+def test_timeout_cap_and_cancel_end_a_warm_run(hw: Harness) -> None:
+    m = marker()
+    res = hw.run([str(script(hw, f"import os\nos.execv('/bin/sleep', ['sleep', '{m}'])\n"))],
+                 timeout=0.5)
+    assert res.warm and res.timed_out and sleepers(m) == [], res
+    res = hw.run([str(script(hw, "import sys\nwhile True: sys.stdout.write('x' * 65536)\n"))])
+    assert res.warm and res.truncated == "stdout", res
+
+    async def cancelled() -> object:
+        kill = asyncio.Event()
+        task = asyncio.ensure_future(hw.runner.run(hw.request(
+            [str(script(hw, f"import os\nos.execv('/bin/sleep', ['sleep', '{m}'])\n"))],
+            kill=kill)))
+        await asyncio.sleep(0.5)
+        kill.set()
+        return await task
+    res = hw.run_async(cancelled())
+    assert res.warm and res.cancelled and sleepers(m) == [], res
+
+
+def test_fallbacks_start_cold_and_say_why(hw: Harness) -> None:
+    flagged = script(hw, "print('hi')\n", shebang="#!/usr/bin/python3 -u")
+    res = hw.run([str(flagged)])
+    assert not res.warm and res.stdout == b"hi\n", res
+    assert warmstart.plan([str(flagged)], {}, "/")[1] == "interpreter flag -u is not warmed"
+    assert hw.run(["/bin/sh", "-c", "echo sh"]).warm is False
+    assert warmstart.plan(["/bin/sh", "-c", "echo sh"], {}, "/") == (None, None)
+    assert warmstart.plan(["/bin/sh", "-c", "python3 -m json.tool"], {}, "/")[1] == \
+        "interpreter flag -m is not warmed"
+    off = hw.run([str(script(hw, "print('hi')\n"))], warm=None)  # "warm": false in the .meta
+    assert not off.warm and off.stdout == b"hi\n"
+
+
+def test_a_cmd_running_python3_script_starts_warm(hw: Harness) -> None:
+    path = script(hw, "import sys\nprint(sys.argv)\n")
+    res = hw.run(["/bin/sh", "-c", f"python3 {path} a b"])
+    assert res.warm and res.stdout.decode().strip() == repr([str(path), "a", "b"]), res
+
+
+def test_a_virtualenv_python_is_warmed_as_its_own(hc: Harness, hw: Harness) -> None:
+    venvs = []
+    for h in (hc, hw):
+        v = h.tools / "venv"
+        (v / "bin").mkdir(parents=True, exist_ok=True)
+        if not (v / "bin" / "python3").exists():
+            (v / "bin" / "python3").symlink_to("/usr/bin/python3")
+        (v / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
+        venvs.append(v)
+    body = "import sys\nprint(sys.executable, sys.prefix)\n"
+    name = f"t{marker()}.py"
+    cold = hc.run([str(script(hc, body, shebang=f"#!{venvs[0]}/bin/python3", name=name))])
+    warm = hw.run([str(script(hw, body, shebang=f"#!{venvs[1]}/bin/python3", name=name))])
+    assert warm.warm and cold.exit_code == warm.exit_code == 0, (cold, warm)
+    assert warm.stdout.decode() == f"{venvs[1]}/bin/python3 {venvs[1]}\n"
+    assert cold.stdout.decode() == f"{venvs[0]}/bin/python3 {venvs[0]}\n"
+
+
+def test_an_interpreter_that_cannot_warm_up_falls_back(hw: Harness) -> None:
+    fake = hw.tools / "bin" / "python3"
+    fake.parent.mkdir(exist_ok=True)
+    # runs a script given one (cold), but dies at once when started with -c (warm)
+    fake.write_text('#!/bin/sh\n[ "$1" = -c ] && exit 9\nexec /usr/bin/python3 "$@"\n')
+    fake.chmod(0o755)
+    path = script(hw, "print('cold after all')\n", shebang=f"#!{fake}")
+    res = hw.run([str(path)])
+    assert not res.warm and res.stdout == b"cold after all\n", res
+    assert any(str(fake) in kind for kind in hw.runner._warm_broken)  # not tried again soon
+
+
+def _warm_init_pids(h: Harness) -> list[int]:
+    return [pid for _, pid in h.runner.launcher.warm_pids()]
+
+
+def test_a_warm_interpreter_killed_between_calls_is_replaced(hw: Harness) -> None:
+    path = script(hw, "print('ok')\n")
+    assert hw.run([str(path)]).warm
+    pids = _warm_init_pids(hw)
+    assert pids
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    for _ in range(200):  # gone (the launcher reaps its inits)
+        if not any(os.path.exists(f"/proc/{pid}") for pid in pids):
+            break
+        hw.run_async(asyncio.sleep(0.02))
+    for _ in range(3):
+        res = hw.run([str(path)])
+        assert res.stdout == b"ok\n" and res.exit_code == 0, res
+    assert res.warm and not set(_warm_init_pids(hw)) & set(pids)
+
+
+def test_a_warm_interpreter_killed_during_a_call(hw: Harness) -> None:
+    m = marker()
+    path = script(hw, f"import os\nos.execv('/bin/sleep', ['sleep', '{m}'])\n")
+
+    async def kill_midway() -> object:
+        task = asyncio.ensure_future(hw.runner.run(hw.request([str(path)])))
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if sleepers(m):
+                break
+        handle = next(iter(hw.runner.launcher._handles.values()))
+        pid = handle._init.pid()
+        os.kill(pid, signal.SIGKILL)
+        return await task
+    res = hw.run_async(kill_midway())
+    assert res.exit_code != 0 and res.error and "warm interpreter" in res.error, res
+    assert sleepers(m) == []
+    assert hw.run([str(script(hw, "print('next')\n"))]).stdout == b"next\n"
+
+
+def test_two_profiles_interleaved_each_get_their_own_ruleset(hw: Harness) -> None:
+    extra = hw.mkdir("only-b")
+    (extra / "f.txt").write_text("b\n")
+    (extra / "f.txt").chmod(0o644)
+    b = profile_with("b", ro=[str(extra)])
+    path = script(hw, f"""
+    try:
+        print(open("{extra}/f.txt").read().strip())
+    except PermissionError:
+        print("denied")
+    """)
+
+    async def calls() -> list[tuple[str, object]]:
+        reqs = [("a", hw.request([str(path)])) if i % 3 else ("b", hw.request([str(path)],
+                                                                         profile=b))
+                for i in range(200)]
+        sem = asyncio.Semaphore(8)
+
+        async def one(which: str, req: object) -> tuple[str, object]:
+            async with sem:
+                return which, await hw.runner.run(req)  # type: ignore[arg-type]
+        return await asyncio.gather(*(one(w, r) for w, r in reqs))
+    results = hw.run_async(calls())
+    warm = 0
+    for which, res in results:
+        assert res.stdout == (b"b\n" if which == "b" else b"denied\n"), (which, res)
+        warm += res.warm
+    assert warm >= 150  # the first of a burst may find no idle init and start cold
+
+
+def test_many_warm_calls_leave_no_growth(hw: Harness) -> None:
+    _no_growth(hw, 300)
+
+
+@pytest.mark.slow
+def test_ten_thousand_warm_calls_leave_no_growth(hw: Harness) -> None:
+    _no_growth(hw, 10_000)
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below pid (the launcher, its inits, their runs)."""
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tids:
+            try:
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            for k in kids:
+                if k not in out:
+                    out.add(k)
+                    todo.append(k)
+    return out
+
+
+def _no_growth(h: Harness, n: int) -> None:
+    path = script(h, "import json, sys\nprint(json.dumps(json.load(sys.stdin)))\n")
+
+    def counts() -> tuple[int, int, int]:
+        fds = len(os.listdir("/proc/self/fd"))
+        with open("/proc/self/status") as f:
+            rss = next(int(x.split()[1]) for x in f if x.startswith("VmRSS:"))
+        return fds, rss, len(_descendants(os.getpid()))
+
+    async def run(k: int) -> None:
+        for _ in range(k):
+            res = await h.runner.run(h.request([str(path)], b'{"a": 1}'))
+            assert res.stdout == b'{"a": 1}\n', res
+    h.run_async(run(50))
+    h.settle()
+    before = counts()
+    h.run_async(run(n))
+    h.settle()
+    after = counts()
+    assert after[0] <= before[0]
+    assert after[2] <= before[2] + 2
+    assert after[1] - before[1] < 8 * 1024, (before, after)  # KiB: no per-call growth

@@ -1,0 +1,303 @@
+# toolsrv/run/warminit.py — pid 1 of a run's namespace as a warm Python: each call a fork.
+#
+# Theory of operation.  A cold init (toolsrv/run/runinit.py) asked to warm up for an
+# interpreter takes on what every run of that kind shares — its network namespace, the
+# tools' uid (which drops every capability), signals reset as posix_spawn resets them — and
+# execs that interpreter, exactly as a cold run would start it, with BOOT as its program.
+# It stays pid 1 of its PID namespace and in its cgroup.  BOOT notes what a pristine
+# interpreter has loaded, imports the warmed modules (WARMED), then loads this module and
+# the few it needs (landlock, seccomp, fdpass, rules) from a memfd the cold init filled (so
+# nothing comes from sys.path, and no file of toolsrv need be readable by the tools' uid),
+# and calls serve().
+#
+# serve() is the init's loop: a run arrives on the socket (the same request and fds as a
+# cold run, plus "warm": the script, its argv), the ruleset is built (RuleCache), and the
+# init forks.  The child confines itself as the cold init's spawning thread confines a tool
+# (setsid, CPU rlimit, cwd, Landlock, seccomp: the uid and netns are the init's already),
+# moves the run's fds to 0, 1, 2, 3... and closes every other, then makes the interpreter
+# look freshly started on the script: os.environ is the call's environment, sys.argv,
+# sys.orig_argv and sys.path[0] are the script's, the user site follows $HOME, every module
+# not loaded before WARMED ended is dropped from sys.modules (ours among them), sys.std* are
+# rebuilt on the new fds as the interpreter builds them, and a new __main__ module is made.
+# serve() then returns in the child, and BOOT runs the script at its top level; an uncaught
+# exception is printed without BOOT's frame, as a cold start prints it, then exits 1.
+# The parent reaps as the cold init does: every child until the tool has ended, then
+# kill(-1) and reap until none is left, and reports b"S<status>" (or b"E<reason>" when the
+# child could not confine itself).  Each call is a fork of an interpreter that has run no
+# tool code, so nothing of one call reaches the next.
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import io
+import json
+import mmap
+import os
+import resource
+import signal
+import socket
+import sys
+
+from toolsrv.run import landlock
+from toolsrv.run.fdpass import recv_into
+from toolsrv.run.rules import RuleCache
+from toolsrv.run.seccomp import Filter
+
+MAX_PACKET = 1 << 20
+MAX_FDS = 8
+# Imported before a call is forked (doc/performance.md, Warm starts): the standard modules
+# the bundled Python tools import, measured with -X importtime (about 30 ms cold).
+WARMED = ("json", "re", "stat", "errno", "collections", "base64", "shutil", "subprocess",
+          "socket", "threading", "signal", "time")
+# What BOOT loads from the memfd, in order (each may import only those before it).
+SOURCES = ("toolsrv.run.landlock", "toolsrv.run.fdpass", "toolsrv.run.rules",
+           "toolsrv.run.seccomp", "toolsrv.run.warminit")
+# argv: -c BOOT <socket fd> <memfd> <WARMED, comma-separated>
+BOOT = """\
+import sys as _s
+_p = list(_s.path)
+for _m in _s.argv[3].split(","):
+    __import__(_m)
+_k = set(_s.modules)
+import json as _j, os as _o
+with _o.fdopen(int(_s.argv[2]), "rb") as _f:
+    _b = _j.loads(_f.read())
+for _n, _f, _c in _b:
+    _m = type(_s)(_n)
+    _m.__file__ = _f
+    _s.modules[_n] = _m
+    exec(compile(_c, _f, "exec"), _m.__dict__)
+for _n in ("toolsrv", "toolsrv.run"):
+    _s.modules.setdefault(_n, type(_s)(_n)).__path__ = []
+_r = _s.modules["toolsrv.run.warminit"].serve(int(_s.argv[1]), _k, _p)
+del _s, _p, _m, _k, _j, _o, _f, _b, _n, _c
+try:
+    exec(compile(_r.source, _r.path, "exec", dont_inherit=True), _r.globals)
+except SystemExit:
+    raise
+except BaseException as _e:
+    _r.uncaught(_e)
+"""
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def bundle() -> bytes:
+    """The sources BOOT loads (read by the cold init, which can read them)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    for name in SOURCES:
+        path = os.path.join(here, name.rsplit(".", 1)[1] + ".py")
+        with open(path, encoding="utf-8") as f:
+            out.append([name, path, f.read()])
+    return json.dumps(out).encode()
+
+
+class Run:
+    """What BOOT needs in the child: the script's source, path and globals."""
+
+    __slots__ = ("source", "path", "globals")
+
+    def __init__(self, source: bytes, path: str, globals_: dict) -> None:
+        self.source, self.path, self.globals = source, path, globals_
+
+    @staticmethod
+    def uncaught(e: BaseException) -> None:
+        """As the interpreter ends on an uncaught exception: sys.last_*, sys.excepthook
+        with the traceback from the script's frame on, exit status 1 (SIGINT for a
+        KeyboardInterrupt, after the atexit handlers)."""
+        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
+        e = e.with_traceback(tb)
+        sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
+        if sys.version_info >= (3, 12):
+            sys.last_exc = e
+        try:
+            sys.excepthook(type(e), e, tb)
+        except BaseException as hook_error:  # noqa: BLE001 - as PyErr_Print does
+            print("Error in sys.excepthook:", file=sys.stderr)
+            sys.__excepthook__(type(hook_error), hook_error, hook_error.__traceback__)
+            print("\nOriginal exception was:", file=sys.stderr)
+            sys.__excepthook__(type(e), e, tb)
+        if isinstance(e, KeyboardInterrupt):
+            import atexit
+            atexit._run_exitfuncs()
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError, AttributeError):
+                    pass
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        raise SystemExit(1)
+
+
+def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
+    """The init's loop; returns only in a forked child, confined, ready to run a script."""
+    sock = socket.socket(fileno=sock_fd)
+    sock.set_inheritable(False)
+    _check(_libc.prctl(1, signal.SIGKILL, 0, 0, 0))  # PR_SET_PDEATHSIG, as a cold init
+    rules, filt = RuleCache(), Filter()
+    buf = mmap.mmap(-1, MAX_PACKET, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    sock.send(b"W")  # up: from now on an end without a report is the run's, not ours
+    while True:
+        try:
+            size, fds = recv_into(sock, buf, MAX_FDS)
+        except OSError:
+            os._exit(0)
+        if not size:
+            os._exit(0)  # the server is gone, or let us go
+        try:
+            msg = json.loads(buf[:size])
+            ruleset = rules.build(msg["landlock"]) if msg.get("landlock") else -1
+        except (OSError, LookupError, TypeError, ValueError) as e:
+            for fd in fds:
+                os.close(fd)
+            why = e.strerror if isinstance(e, OSError) and e.strerror else repr(e)
+            sock.send(b"E" + json.dumps(f"landlock: {why}").encode())
+            continue
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            sock.detach()  # closed below with every other fd, never by a finalizer
+            try:
+                os.close(err_r)
+                return _become(msg, fds, ruleset, filt, err_w, keep, path)
+            except BaseException as e:  # noqa: BLE001 - reported, then this child ends
+                why = e.strerror if isinstance(e, OSError) and e.strerror else repr(e)
+                try:
+                    os.write(err_w, json.dumps(str(why)).encode())
+                finally:
+                    os._exit(127)
+        os.close(err_w)
+        for fd in (*fds, ruleset):
+            if fd >= 0:
+                os.close(fd)
+        status = _reap_until(pid)
+        why = os.read(err_r, 65536)
+        os.close(err_r)
+        sock.send(b"E" + why if why else b"S%d" % status)
+
+
+def _become(msg: dict, fds: list[int], ruleset: int, filt: Filter, err_w: int,
+            keep: set[str], path: list[str]) -> Run:
+    """In the child: the run's confinement, its fds, then a pristine interpreter's look."""
+    step = "setsid"
+    try:
+        os.setsid()
+        cpu = msg.get("rlimits", {}).get("cpu")
+        if cpu:
+            resource.setrlimit(resource.RLIMIT_CPU, tuple(cpu))
+        step = "cwd: " + msg["cwd"]
+        os.chdir(msg["cwd"])
+        if ruleset >= 0:
+            step = "landlock"
+            landlock.restrict_self(ruleset)  # sets no_new_privs first
+        elif msg.get("nnp"):
+            step = "no_new_privs"
+            _check(_libc.prctl(landlock.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+        if msg.get("nnp") and filt.available:
+            step = "seccomp"
+            filt.install()
+    except OSError as e:
+        raise OSError(e.errno or errno.EINVAL, f"{step}: {e.strerror or e}") from None
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, len(fds)) for fd in fds]
+    for i, fd in enumerate(high):
+        os.dup2(fd, i)  # inheritable, as posix_spawn's dup2 leaves them
+    os.closerange(len(fds), 1 << 20)  # everything else: ours, the run's originals, err_w
+    warm = msg["warm"]
+    return _pristine(warm, msg["env"], keep, path)
+
+
+def _pristine(warm: dict, env: dict, keep: set[str], path: list[str]) -> Run:
+    """Make the interpreter look as a cold start on the script would."""
+    script = warm["script"]
+    os.environ.clear()
+    os.environ.update(env)
+    sys.argv = list(warm["argv"])
+    sys.orig_argv = list(warm["orig_argv"])
+    for name in [n for n in sys.modules if n not in keep]:
+        del sys.modules[name]
+    sys.path[:] = path
+    sys.path[0] = os.path.dirname(os.path.realpath(script))
+    sys.path_importer_cache.clear()
+    _user_site()
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        stream = _stdio(fd, name, getattr(sys, name))
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+    main = type(sys)("__main__")
+    if "__annotations__" in sys.modules["__main__"].__dict__:  # as this interpreter makes it
+        main.__annotations__ = {}
+    main.__dict__.update({"__file__": script, "__cached__": None, "__builtins__":
+                          sys.modules["builtins"], "__loader__": sys.modules[
+                              "_frozen_importlib_external"].SourceFileLoader("__main__", script)})
+    sys.modules["__main__"] = main
+    try:
+        with open(script, "rb") as f:
+            source = f.read()
+    except OSError as e:
+        sys.stderr.write(f"{warm['orig_argv'][0]}: can't open file {script!r}: "
+                         f"[Errno {e.errno}] {e.strerror}\n")
+        sys.stderr.flush()
+        os._exit(2)
+    return Run(source, script, main.__dict__)
+
+
+def _user_site() -> None:
+    """The user site directory follows $HOME, which is the call's (BOOT ran without)."""
+    site = sys.modules.get("site")
+    if site is None:
+        return
+    site.USER_BASE = site.USER_SITE = None
+    user = site.getusersitepackages()
+    if site.ENABLE_USER_SITE and os.path.isdir(user) and user not in sys.path:
+        first = next((i for i, p in enumerate(sys.path) if p.endswith("-packages")),
+                     len(sys.path))
+        sys.path.insert(first, user)
+
+
+def _stdio(fd: int, name: str, old: object) -> object:
+    """sys.<name> as the interpreter makes it at start-up (Python/pylifecycle.c,
+    create_stdio): the same codec; buffered unless the start-up made it unbuffered
+    (PYTHONUNBUFFERED), then line-buffered when a tty and for stderr."""
+    write = fd != 0
+    buffered = not (write and isinstance(getattr(old, "buffer", None), io.FileIO))
+    buf = io.open(fd, "wb" if write else "rb", buffering=-1 if buffered else 0,
+                  closefd=False)
+    raw = buf.raw if buffered else buf
+    raw.name = f"<{name}>"
+    line = buffered and (raw.isatty() or fd == 2)
+    stream = io.TextIOWrapper(buf, encoding=getattr(old, "encoding", None),
+                              errors=getattr(old, "errors", None), newline="\n",
+                              line_buffering=line, write_through=not buffered)
+    stream.mode = "w" if write else "r"
+    return stream
+
+
+def _reap_until(tool: int) -> int:
+    """As the cold init: every child until the tool has ended, then every other process of
+    the namespace, until none is left; the tool's wait status."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 0
+        if pid == tool:
+            break
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                os.kill(-1, signal.SIGKILL)  # pid 1: every other process, all ours
+                while True:
+                    os.waitpid(-1, 0)
+        except ProcessLookupError:
+            pass
+        except ChildProcessError:
+            return status
+
+
+def _check(ret: int) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
