@@ -48,6 +48,24 @@ def build_server(tool_path: str) -> Any:
             raise RuntimeError(f"exit {proc.returncode}: {err.decode()[-200:]}")
         return out.decode()
 
+    code = compile(open(os.path.join(REPO, "data", "tools", "file_read"), encoding="utf-8").read(),
+                   "file_read", "exec")
+
+    @srv.tool()
+    def file_read(args: dict) -> str:
+        """The bundled file_read, run in process (no subprocess, no sandbox)."""
+        import io
+        saved = sys.stdin, sys.stdout
+        sys.stdin, sys.stdout = io.StringIO(json.dumps(args)), io.StringIO()
+        try:
+            exec(code, {"__name__": "__main__"})
+        except SystemExit:
+            pass
+        finally:
+            out = sys.stdout.getvalue()
+            sys.stdin, sys.stdout = saved
+        return out
+
     return srv
 
 
@@ -83,3 +101,10 @@ async def echo_call(s: ClientSession) -> None:
 
 if __name__ == "__main__":
     build_server(sys.argv[1] if len(sys.argv) > 1 else "/bin/cat").run()
+
+
+async def file_read_call(s: ClientSession, path: str) -> str:
+    r = await s.call_tool("file_read", {"args": {"path": path, "limit": 50}})
+    if r.is_error:
+        raise RuntimeError(f"MCP file_read failed: {r}")
+    return r.content[0].text  # type: ignore[union-attr]

@@ -374,3 +374,24 @@ def _no_growth(h: Harness, n: int) -> None:
     assert after[0] <= before[0]
     assert after[2] <= before[2] + 2
     assert after[1] - before[1] < 8 * 1024, (before, after)  # KiB: no per-call growth
+
+
+def test_the_end_flushes_what_a_cold_end_flushes(hc: Harness, hw: Harness) -> None:
+    """A file left open, a non-daemon thread, a buffered stdout without newline: a warm
+    call ends without tearing down the warmed modules, and loses none of them."""
+    body = """
+    import os, sys, threading, time
+    f = open(os.path.join(os.environ["TMPDIR"], "x"), "w")
+    f.write("kept")
+    def late():
+        time.sleep(0.2)
+        sys.stdout.write(open(f.name).read() if f.closed else "thread ")
+    threading.Thread(target=late).start()
+    class Bye:
+        def __del__(self):
+            sys.stdout.write("del ")
+    b = Bye()
+    sys.stdout.write("no newline ")
+    """
+    cold, warm = both(hc, hw, body)
+    assert warm.stdout == cold.stdout == b"no newline thread del ", (cold, warm)

@@ -74,13 +74,15 @@ _r = _s.modules["toolsrv.run.warminit"].serve(int(_s.argv[1]), _k, _p)
 del _s, _p, _m, _k, _j, _o, _f, _b, _n, _c
 try:
     exec(compile(_r.source, _r.path, "exec", dont_inherit=True), _r.globals)
-except SystemExit:
-    raise
+except SystemExit as _e:
+    _r.exit(_e)
 except BaseException as _e:
     _r.uncaught(_e)
+_r.exit(None)
 """
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_DROPPED: list = []  # the modules a call's interpreter no longer lists
 
 
 def bundle() -> bytes:
@@ -95,15 +97,62 @@ def bundle() -> bytes:
 
 
 class Run:
-    """What BOOT needs in the child: the script's source, path and globals."""
+    """What BOOT needs in the child: the script's source, path and globals, and how the
+    interpreter ends."""
 
-    __slots__ = ("source", "path", "globals")
+    __slots__ = ("source", "path", "globals", "keep")
 
-    def __init__(self, source: bytes, path: str, globals_: dict) -> None:
-        self.source, self.path, self.globals = source, path, globals_
+    def __init__(self, source: bytes, path: str, globals_: dict, keep: set[str]) -> None:
+        self.source, self.path, self.globals, self.keep = source, path, globals_, keep
 
-    @staticmethod
-    def uncaught(e: BaseException) -> None:
+    def exit(self, e: SystemExit | None) -> None:
+        """The script ended, or raised SystemExit: its status as the interpreter takes it."""
+        code = None if e is None else e.code
+        if code is None:
+            self.finish(0)
+        if isinstance(code, int):
+            self.finish(code)
+        try:
+            print(code, file=sys.stderr)
+        except Exception:  # noqa: BLE001 - as _Py_HandleSystemExit, which ignores it
+            pass
+        self.finish(1)
+
+    def finish(self, code: int, sig: int | None = None) -> None:
+        """End as Py_FinalizeEx would, as far as the tool can tell, without tearing down
+        the warmed modules (each object touched would copy its page: 20 ms): wait for
+        non-daemon threads, run the atexit handlers, let go the script's own objects (its
+        __main__ and the modules it imported: files it left open are flushed and closed),
+        collect their cycles, flush the std streams (status 120 if stdout cannot be)."""
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()
+        import atexit
+        atexit._run_exitfuncs()
+        for name in reversed(list(self.globals)):  # the last defined first: a __del__
+            if name != "__builtins__":             # still finds what it uses
+                del self.globals[name]
+        for name in [n for n in sys.modules if n not in self.keep]:
+            del sys.modules[name]
+        import gc
+        gc.collect()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception as err:  # noqa: BLE001 - as the interpreter reports it
+                if stream is sys.stdout:
+                    code = 120
+                try:
+                    sys.__excepthook__(type(err), err, None)
+                except Exception:  # noqa: BLE001
+                    pass
+        if sig is not None:
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+            os.kill(os.getpid(), sig)
+        os._exit(code & 0xFF)
+
+    def uncaught(self, e: BaseException) -> None:
         """As the interpreter ends on an uncaught exception: sys.last_*, sys.excepthook
         with the traceback from the script's frame on, exit status 1 (SIGINT for a
         KeyboardInterrupt, after the atexit handlers)."""
@@ -119,17 +168,8 @@ class Run:
             sys.__excepthook__(type(hook_error), hook_error, hook_error.__traceback__)
             print("\nOriginal exception was:", file=sys.stderr)
             sys.__excepthook__(type(e), e, tb)
-        if isinstance(e, KeyboardInterrupt):
-            import atexit
-            atexit._run_exitfuncs()
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError, AttributeError):
-                    pass
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
-        raise SystemExit(1)
+        # the interpreter ends by SIGINT after a KeyboardInterrupt
+        self.finish(1, signal.SIGINT if isinstance(e, KeyboardInterrupt) else None)
 
 
 def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
@@ -140,6 +180,8 @@ def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
     rules, filt = RuleCache(), Filter()
     buf = mmap.mmap(-1, MAX_PACKET, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     sock.send(b"W")  # up: from now on an end without a report is the run's, not ours
+    import gc
+    gc.freeze()  # what is here now is never traversed by a call's collections
     while True:
         try:
             size, fds = recv_into(sock, buf, MAX_FDS)
@@ -216,8 +258,8 @@ def _pristine(warm: dict, env: dict, keep: set[str], path: list[str]) -> Run:
     os.environ.update(env)
     sys.argv = list(warm["argv"])
     sys.orig_argv = list(warm["orig_argv"])
-    for name in [n for n in sys.modules if n not in keep]:
-        del sys.modules[name]
+    # dropped, not freed: freeing them would write to (and so copy) every page they are on
+    _DROPPED.extend(sys.modules.pop(n) for n in [n for n in sys.modules if n not in keep])
     sys.path[:] = path
     sys.path[0] = os.path.dirname(os.path.realpath(script))
     sys.path_importer_cache.clear()
@@ -241,7 +283,7 @@ def _pristine(warm: dict, env: dict, keep: set[str], path: list[str]) -> Run:
                          f"[Errno {e.errno}] {e.strerror}\n")
         sys.stderr.flush()
         os._exit(2)
-    return Run(source, script, main.__dict__)
+    return Run(source, script, main.__dict__, keep)
 
 
 def _user_site() -> None:
