@@ -395,3 +395,38 @@ def test_the_end_flushes_what_a_cold_end_flushes(hc: Harness, hw: Harness) -> No
     """
     cold, warm = both(hc, hw, body)
     assert warm.stdout == cold.stdout == b"no newline thread del ", (cold, warm)
+
+
+def test_a_changed_script_runs_as_changed(hw: Harness) -> None:
+    """The server compiles a warm call's script once per change; the child uses that only
+    for the very bytes it read itself."""
+    path = script(hw, "print('one')\n")
+    assert hw.run([str(path)]).stdout == b"one\n"
+    path.write_text("#!/usr/bin/python3\nprint('two, longer')\n")
+    res = hw.run([str(path)])
+    assert res.warm and res.stdout == b"two, longer\n", res
+    # a compilation of other bytes under the file's current stamp: not used
+    stamp, _blob, _n = hw.runner._codes[str(path)]
+    other = b"#!/usr/bin/python3\nprint('stale')\n"
+    import marshal
+    code = marshal.dumps(compile(other, str(path), "exec", dont_inherit=True))
+    hw.runner._codes[str(path)] = (stamp, other + code, len(other))
+    res = hw.run([str(path)])
+    assert res.warm and res.stdout == b"two, longer\n", res
+
+
+def test_nothing_of_a_call_is_left_for_the_next(hw: Harness) -> None:
+    """The warm parent never parses a call's request (its child does) and clears its copy:
+    no object a later call can reach holds an earlier call's environment (a guard: the
+    freed memory itself is not scanned)."""
+    m = "secret-" + marker()
+    first = script(hw, "import os\nprint(os.environ['MARK'])\n")
+    assert hw.run([str(first)], env={"MARK": m}).stdout == f"{m}\n".encode()
+    probe = script(hw, f"""
+    import gc, sys
+    found = [type(o).__name__ for o in gc.get_objects()
+             if isinstance(o, (str, bytes, dict, list)) and "{m[:7]}" + "{m[7:]}" in repr(o)]
+    print(found)
+    """)
+    res = hw.run([str(probe)])
+    assert res.warm and res.stdout == b"[]\n", res

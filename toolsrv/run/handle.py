@@ -60,6 +60,7 @@ class LaunchHandle:
         self.warm: str | None = None  # the warm kind it runs in, if any
         self.warming = False  # its init was turned warm for it: its first warm run
         self.warm_failed: str | None = None  # why that init could not become warm
+        self.magic: str | None = None  # the bytecode magic its interpreter said it runs
 
     def attach(self, init: _Spare, release: Callable[[_Spare], None]) -> None:
         """The init has the run: wait for its report (and kill it if a kill came first);
@@ -83,8 +84,9 @@ class LaunchHandle:
             self._set((None, json.loads(data[1:])), reusable=True)
         elif data.startswith(b"F"):  # it could not become warm; it ends now
             self.warm_failed = str(json.loads(data[1:]))
-        elif data == b"W":  # it became warm: it takes the run now
+        elif data.startswith(b"W"):  # it became warm: it takes the run now
             self.warming = False
+            self.magic = data[1:].decode("ascii", "replace")
         else:  # it ended without a word (killed): done once its namespace is empty
             loop = asyncio.get_running_loop()
             loop.remove_reader(self._init.sock.fileno())

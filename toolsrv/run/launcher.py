@@ -161,12 +161,13 @@ class Launcher:
         loop.add_reader(parent.fileno(), self._on_readable)
 
     def spawn(self, msg: dict, extra_fds: tuple[int, ...] = (),
-              warm: tuple[str, dict] | None = None) -> LaunchHandle:
+              warm: tuple[str, dict, bytes | None] | None = None) -> LaunchHandle:
         """Launch one run; the handle's future reports its end.
 
         msg: argv, env, cwd, uid/gid, rlimits, netns, nnp, and "landlock": the rules to build
         the ruleset from (or None).  `extra_fds` reach the tool as fds 3, 4, ...; the caller
-        keeps and closes them.  `warm` = (kind, the request that makes an init warm): the
+        keeps and closes them.  `warm` = (kind, the request that makes an init warm, the
+        script's source and bytecode or None): the
         run goes to a warm init of that kind (msg has "warm": the script), or to an idle
         cold init made warm for it; with neither idle it runs cold (handle.warm is None)."""
         if self._sock is None:
@@ -191,12 +192,30 @@ class Launcher:
         handle.exited.add_done_callback(lambda _: self._handles.pop(handle.id, None))
         return handle
 
-    def _request(self, msg: dict, known: set[int]) -> tuple[bytes, int | None]:
+    def _warm_request(self, msg: dict, known: set[int], blob: bytes | None
+                      ) -> tuple[bytes, int | None]:
+        """The request as a warm init gets it (toolsrv/run/warminit.py): what the init
+        reads — the profile's part of the Landlock rules, fixed paths by reference — then a
+        newline and the call's own request, then the script's source and bytecode, which
+        only the call's child reads."""
+        data, sent = self._request({"landlock": msg.get("landlock")}, known, head=True)
+        rules = msg.get("landlock")
+        call = {**msg, "landlock": {"paths": rules["paths"][rules.get("cached", 0):]}
+                if rules else None}
+        out = data + b"\n" + json.dumps(call).encode()
+        return (out + b"\n" + blob if blob else out), sent
+
+    def _request(self, msg: dict, known: set[int], head: bool = False
+                 ) -> tuple[bytes, int | None]:
         """The request as an init gets it: the Landlock rules with the profile's fixed
         paths (the first `cached`, the same in every call of a profile) named by a
         reference the init was sent once, unless it was not (then they come along too).
         Returns (the request encoded, the reference sent along, or None)."""
         rules = msg.get("landlock")
+        if rules and head:  # the rules of the profile only (a warm init's head)
+            rules = {k: v for k, v in rules.items() if k != "paths"}
+            rules["paths"] = msg["landlock"]["paths"][:rules.get("cached", 0)]
+            msg = {"landlock": rules}
         if not rules or not rules.get("cached"):
             return json.dumps(msg).encode(), None
         n = rules["cached"]
@@ -235,7 +254,7 @@ class Launcher:
         self._watch_soon()
 
     def _hand_warm(self, handle: LaunchHandle, msg: dict, fds: list[int], kind: str,
-                   become: dict) -> bool:
+                   become: dict, blob: bytes | None = None) -> bool:
         """Give the run to an idle warm init of its kind, or make an idle cold one warm
         (the request to exec the interpreter, then the run, queued on its socket); False
         when neither is idle."""
@@ -244,7 +263,7 @@ class Launcher:
         pool = self._warm.get(kind)
         while pool:
             init = pool.pop()
-            data, sent = self._request(msg, init.known)
+            data, sent = self._warm_request(msg, init.known, blob)
             try:
                 socket.send_fds(init.sock, [data], fds)
             except OSError:  # it died while idle: the next one, or a new one
@@ -259,7 +278,7 @@ class Launcher:
         while self._spares:
             init = self._spares.pop()
             init.known = set()  # a warm init starts with an empty rule cache
-            data, sent = self._request(msg, init.known)
+            data, sent = self._warm_request(msg, init.known, blob)
             try:
                 init.sock.send(json.dumps(become).encode())
                 socket.send_fds(init.sock, [data], fds)

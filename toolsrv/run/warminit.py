@@ -11,8 +11,13 @@
 # and calls serve().
 #
 # serve() is the init's loop: a run arrives on the socket (the same request and fds as a
-# cold run, plus "warm": the script, its argv), the ruleset is built (RuleCache), and the
-# init forks.  The child confines itself as the cold init's spawning thread confines a tool
+# cold run, plus "warm": the script, its argv), in two parts.  The init reads only the
+# first, the profile's (its fixed Landlock paths, by reference), builds that much of the
+# ruleset (RuleCache), and forks; the child reads the call's own part, adds its paths to
+# the ruleset, and the init clears its copy of the packet, so nothing of a call stays in
+# the memory the next call is forked from.  The packet may end with the script's source
+# and the server's compilation of it (same bytecode magic): the child uses that only if
+# the file it reads itself holds those very bytes.  The child confines itself as the cold init's spawning thread confines a tool
 # (setsid, CPU rlimit, cwd, Landlock, seccomp: the uid and netns are the init's already),
 # moves the run's fds to 0, 1, 2, 3... and closes every other, then makes the interpreter
 # look freshly started on the script: os.environ is the call's environment, sys.argv,
@@ -73,7 +78,7 @@ for _n in ("toolsrv", "toolsrv.run"):
 _r = _s.modules["toolsrv.run.warminit"].serve(int(_s.argv[1]), _k, _p)
 del _s, _p, _m, _k, _j, _o, _f, _b, _n, _c
 try:
-    exec(compile(_r.source, _r.path, "exec", dont_inherit=True), _r.globals)
+    exec(_r.code or compile(_r.source, _r.path, "exec", dont_inherit=True), _r.globals)
 except SystemExit as _e:
     _r.exit(_e)
 except BaseException as _e:
@@ -100,10 +105,12 @@ class Run:
     """What BOOT needs in the child: the script's source, path and globals, and how the
     interpreter ends."""
 
-    __slots__ = ("source", "path", "globals", "keep")
+    __slots__ = ("source", "path", "globals", "keep", "code")
 
-    def __init__(self, source: bytes, path: str, globals_: dict, keep: set[str]) -> None:
+    def __init__(self, source: bytes, path: str, globals_: dict, keep: set[str],
+                 code: object = None) -> None:
         self.source, self.path, self.globals, self.keep = source, path, globals_, keep
+        self.code = code  # the server's compilation of exactly these bytes, or None
 
     def exit(self, e: SystemExit | None) -> None:
         """The script ended, or raised SystemExit: its status as the interpreter takes it."""
@@ -179,7 +186,10 @@ def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
     _check(_libc.prctl(1, signal.SIGKILL, 0, 0, 0))  # PR_SET_PDEATHSIG, as a cold init
     rules, filt = RuleCache(), Filter()
     buf = mmap.mmap(-1, MAX_PACKET, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    sock.send(b"W")  # up: from now on an end without a report is the run's, not ours
+    import importlib.util
+    # up: from now on an end without a report is the run's, not ours; and the bytecode
+    # this interpreter runs (the server sends scripts compiled when its own is the same)
+    sock.send(b"W" + importlib.util.MAGIC_NUMBER.hex().encode())
     import gc
     gc.freeze()  # what is here now is never traversed by a call's collections
     while True:
@@ -189,10 +199,16 @@ def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
             os._exit(0)
         if not size:
             os._exit(0)  # the server is gone, or let us go
+        # The packet: what every call of a profile shares (its fixed paths, by reference),
+        # a newline, then the call's own request (and the script's source and bytecode),
+        # which only the child reads: nothing of one call is left here for the next to see.
         try:
-            msg = json.loads(buf[:size])
-            ruleset = rules.build(msg["landlock"]) if msg.get("landlock") else -1
+            head_end = buf.find(b"\n", 0, size)
+            head = json.loads(buf[:head_end])
+            ll = head.get("landlock")
+            ruleset = rules.build({**ll, "paths": []}) if ll else -1
         except (OSError, LookupError, TypeError, ValueError) as e:
+            buf[:size] = bytes(size)
             for fd in fds:
                 os.close(fd)
             why = e.strerror if isinstance(e, OSError) and e.strerror else repr(e)
@@ -204,13 +220,23 @@ def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
             sock.detach()  # closed below with every other fd, never by a finalizer
             try:
                 os.close(err_r)
-                return _become(msg, fds, ruleset, filt, err_w, keep, path)
+                call_end = buf.find(b"\n", head_end + 1, size)
+                call_end = size if call_end < 0 else call_end
+                msg = json.loads(buf[head_end + 1:call_end])
+                if ruleset >= 0:
+                    fs_mask = landlock.abi_masks(ll["abi"])[0]
+                    for p, a in msg["landlock"]["paths"]:
+                        landlock._add_path(ruleset, p, a & fs_mask)
+                blob = buf[call_end + 1:size] if call_end < size else b""
+                del buf
+                return _become(msg, fds, ruleset, filt, err_w, keep, path, blob)
             except BaseException as e:  # noqa: BLE001 - reported, then this child ends
                 why = e.strerror if isinstance(e, OSError) and e.strerror else repr(e)
                 try:
                     os.write(err_w, json.dumps(str(why)).encode())
                 finally:
                     os._exit(127)
+        buf[:size] = bytes(size)  # ours is cleared; the child has its copy
         os.close(err_w)
         for fd in (*fds, ruleset):
             if fd >= 0:
@@ -222,7 +248,7 @@ def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
 
 
 def _become(msg: dict, fds: list[int], ruleset: int, filt: Filter, err_w: int,
-            keep: set[str], path: list[str]) -> Run:
+            keep: set[str], path: list[str], blob: bytes) -> Run:
     """In the child: the run's confinement, its fds, then a pristine interpreter's look."""
     step = "setsid"
     try:
@@ -247,11 +273,10 @@ def _become(msg: dict, fds: list[int], ruleset: int, filt: Filter, err_w: int,
     for i, fd in enumerate(high):
         os.dup2(fd, i)  # inheritable, as posix_spawn's dup2 leaves them
     os.closerange(len(fds), 1 << 20)  # everything else: ours, the run's originals, err_w
-    warm = msg["warm"]
-    return _pristine(warm, msg["env"], keep, path)
+    return _pristine(msg["warm"], msg["env"], keep, path, blob)
 
 
-def _pristine(warm: dict, env: dict, keep: set[str], path: list[str]) -> Run:
+def _pristine(warm: dict, env: dict, keep: set[str], path: list[str], blob: bytes) -> Run:
     """Make the interpreter look as a cold start on the script would."""
     script = warm["script"]
     os.environ.clear()
@@ -283,7 +308,11 @@ def _pristine(warm: dict, env: dict, keep: set[str], path: list[str]) -> Run:
                          f"[Errno {e.errno}] {e.strerror}\n")
         sys.stderr.flush()
         os._exit(2)
-    return Run(source, script, main.__dict__, keep)
+    code = None
+    if warm.get("code") and blob[:warm["code"][0]] == source:  # what it read, compiled
+        import marshal
+        code = marshal.loads(blob[warm["code"][0]:])
+    return Run(source, script, main.__dict__, keep, code)
 
 
 def _user_site() -> None:
