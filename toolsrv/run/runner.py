@@ -344,6 +344,31 @@ class Runner:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    async def open_resident(self, req: RunRequest) -> tuple[LaunchHandle | None, str | None]:
+        """Start a resident run (toolsrv/run/resident.py): launched as run() launches, its
+        pipes left to the caller, no deadline and no CPU limit but the server-wide one
+        (its calls have timeouts); (the handle, None) or (None, the refusal)."""
+        await self.launcher.ensure()
+        refusal = await self._refusal(req)
+        if refusal:
+            return None, refusal
+        try:
+            tmpdir = await self.scratch.take()
+        except OSError as e:
+            return None, f"sandbox: temporary directory (input/output error): {e}"
+        try:
+            policy = req.profile.resolve(placeholder_values(req.cwd, tmpdir, req.tool_dir))
+            msg = self._spawn_message(req, policy, tmpdir, self.config.timeout)
+            cpu = self.config.rlimits.get("cpu")
+            msg["rlimits"] = {"cpu": [cpu, cpu]} if cpu else {}
+            handle = self.launcher.spawn(msg, req.extra_fds)
+        except (OSError, LauncherDied, ValueError) as e:
+            self.scratch.release(tmpdir)
+            return None, f"sandbox: launch failed (input/output error): {e}"
+        handle.taken()
+        handle.exited.add_done_callback(lambda _: self.scratch.release(tmpdir))
+        return handle, None
+
 
 TMPFS_MAGIC = 0x01021994
 

@@ -31,6 +31,7 @@ from .jsonargs import fit
 from ..record import Plain
 from ..run.runner import RunRequest
 from ..run.sandbox import load_profile
+from .resident import Residents
 from .sessions import Agent
 
 log = logging.getLogger("toolsrv.calls")
@@ -53,6 +54,7 @@ class Call(Plain):
         self.args = args
         self.elevated = elevated
         self.state = state      # queued running ok exit timeout killed invalid refused
+                                # (resident tools: error failed)
         self.result = result    # the runner's RunResult
         self.reason = reason    # the Rerror a reader gets, None on success
         self.started = time.monotonic() if started is None else started
@@ -79,7 +81,7 @@ class Call(Plain):
         r = self.result
         if self.state == "exit" and r is not None:
             words.append(str(r.exit_code))
-        if self.state in ("invalid", "refused") and self.reason:
+        if self.state in ("invalid", "refused", "failed") and self.reason:
             words = [f"{self.state}: {self.reason}"]
         words.append(f"{self.duration:.3f}s")
         if r is not None and r.truncated:
@@ -149,6 +151,7 @@ class Scheduler:
         self.addr = addr
         self.bypass = os.environ.get("OLLIE_BYPASS_SOCKET", "")   # passed on to every tool
         self.live: set[Call] = set()
+        self.residents = Residents(runner)   # resident tools' processes (resident.py)
 
     def start(self, call: Call, tool: Any, profile_name: str) -> None:
         queued = sum(1 for c in self.live if c.state == "queued")
@@ -229,6 +232,9 @@ class Scheduler:
                                  extra_fds=(conn.fileno(),) if conn is not None else ())
                 call.state = "running"
                 call.started = time.monotonic()
+                if getattr(tool, "resident", None):
+                    await self.residents.run(call, tool, req)   # sets the outcome
+                    return
                 call.result = await self.runner.run(req)
             finally:
                 if conn is not None:
@@ -258,3 +264,4 @@ class Scheduler:
             t.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=10)
+        await self.residents.close()
