@@ -279,8 +279,8 @@ class Residents:
         for t in tools:
             if t is not None and getattr(t, "resident", None):
                 e = d.get(entry_key(t))
-                if e is not None and e.proc is not None:
-                    self._end(e, why)
+                if e is not None and e.proc is not None:   # a call in flight to an MCP
+                    self._end(e, why, mcp_grace=e.lock.locked())   # server: told first
 
     def drop_agent(self, agent: Any) -> None:
         """The agent (or its session) is removed: every process of it goes."""
