@@ -272,3 +272,56 @@ def test_a_thousand_calls_grow_no_fds_or_memory(srv):
         assert call(c, a, "counter_ro", {}).split()[0] == b"1101"
         assert fds() <= before_fds
         assert rss() - before_rss < 8 * 1024          # KiB: no per-call growth
+
+
+def test_a_change_of_cwd_or_sandbox_restarts_the_process_at_the_next_call(srv, tmp_path):
+    new = tmp_path / "elsewhere"
+    new.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(new, 0o777)
+    with connect(srv) as c:
+        a = agent(c, "chg", "a", "counter")
+        token = call(c, a, "counter", {}).split()[1]
+        assert call(c, a, "counter", {}).split() == [b"2", token]
+        rdwr(c, "session/chg/cwd", str(new).encode())
+        assert call(c, a, "counter", {"op": "whoami"}).split()[2] == str(new).encode()
+        n, again = call(c, a, "counter", {}).split()
+        assert n == b"2" and again != token            # whoami was the fresh one's first
+        rdwr(c, "session/chg/sandbox", b"client9p")
+        assert call(c, a, "counter", {}).split()[0] == b"1"
+        log = read(c, a + "/log").decode()
+        assert log.count("resident counter -> stopped: sandbox or cwd changed") == 2
+
+
+def test_calls_to_one_process_run_one_at_a_time_in_order(srv):
+    """readOnly tools of one agent are not under the agent's lock: the process's is."""
+    out: list[bytes] = []
+
+    def one() -> None:
+        with connect(srv) as c:
+            out.append(call(c, "session/ord/agent/a", "counter_ro", {"op": "sleep", "t": 0.2}))
+    with connect(srv) as c:
+        agent(c, "ord", "a", "counter_ro")
+        ts = [threading.Thread(target=one) for _ in range(3)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(30)
+        assert out == [b"slept"] * 3
+        assert call(c, "session/ord/agent/a", "counter_ro", {}).split()[0] == b"4"
+
+
+def test_shutdown_kills_every_resident_process():
+    d = tools_dir()
+    add_tool(d, "counter", COUNTER, {"resident": True})
+    app = AppThread([d], timeout=5).start()
+    try:
+        with connect(app) as c:
+            for name in ("x", "y"):
+                a = agent(c, f"sd{name}", "a", "counter")
+                call(c, a, "counter", {})
+        pids = processes_with(f"{d}/counter\0")
+        assert len(pids) == 2
+    finally:
+        app.cleanup()
+    wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), "the processes")

@@ -44,11 +44,14 @@ BACKOFF_MAX = 60.0
 
 class Entry(Plain):
     """One resident process slot of an agent: the process (if up) and its history."""
-    FIELDS = ("key", "protocol", "idle", "proc", "client", "where", "fails", "next_try",
-              "stopped", "timer", "lock", "calls")
+    FIELDS = ("key", "protocol", "idle", "agent", "name", "proc", "client", "where", "fails",
+              "next_try", "stopped", "timer", "lock", "calls")
 
-    def __init__(self, key: tuple, protocol: str, idle: float) -> None:
+    def __init__(self, key: tuple, protocol: str, idle: float, agent: Any = None,
+                 name: str = "") -> None:
         self.key = key
+        self.agent = agent              # whose log hears of starts and ends
+        self.name = name                # the tool that first started it
         self.protocol = protocol
         self.idle = idle
         self.proc: resident.Process | None = None
@@ -100,7 +103,7 @@ class Residents:
         e = d.get(key)
         if e is None:
             r = tool.resident
-            e = d[key] = Entry(key, r["protocol"], r["idle"])
+            e = d[key] = Entry(key, r["protocol"], r["idle"], agent, tool.name)
         return e
 
     def status_line(self, agent: Any, tool: Any) -> str:
@@ -169,7 +172,7 @@ class Residents:
         e.proc = resident.Process(self.runner.launcher, handle, cfg.stdout_cap, cfg.stderr_cap)
         e.where, e.stopped = where, ""
         self.live.add(e)
-        call.agent.note(f"resident {tool.name}: started")
+        self._note(e, "started")
         if e.protocol == "mcp":
             e.client = mcpproto.Client(e.proc)
             _, rep = await resident.answer(e.proc, timeout, call.kill, self._init(e.client))
@@ -240,7 +243,9 @@ class Residents:
         e.fails += 1
         e.stopped = why
         if e.fails >= 2:
-            e.next_try = time.monotonic() + min(BACKOFF_MAX, BACKOFF * 2 ** (e.fails - 2))
+            wait = min(BACKOFF_MAX, BACKOFF * 2 ** (e.fails - 2))
+            e.next_try = time.monotonic() + wait
+            self._note(e, f"{e.fails} failed starts: no start for {wait:g}s: {why}")
 
     # -- ending --
     def _end(self, e: Entry, why: str, mcp_grace: bool = False) -> None:
@@ -253,12 +258,17 @@ class Residents:
         e.stopped = why
         if proc is None:
             return
+        self._note(e, f"stopped: {why}")
         if mcp_grace and client is not None and proc.alive:
             client.cancelled()
             self.dying.add(proc)
             asyncio.get_running_loop().call_later(GRACE, self._kill_dying, proc)
         else:
             proc.kill()
+
+    def _note(self, e: Entry, what: str) -> None:
+        if e.agent is not None:
+            e.agent.note(f"resident {e.name} -> {what}")
 
     def _kill_dying(self, proc: resident.Process) -> None:
         self.dying.discard(proc)
@@ -271,6 +281,7 @@ class Residents:
         proc, e.proc, e.client = e.proc, None, None
         self.live.discard(e)
         e.stopped = "idle"
+        self._note(e, "stopped: idle")
         proc.terminate(GRACE)
 
     def drop(self, agent: Any, tools: list[Any], why: str) -> None:
