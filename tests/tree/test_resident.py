@@ -325,3 +325,33 @@ def test_shutdown_kills_every_resident_process():
     finally:
         app.cleanup()
     wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), "the processes")
+
+
+def _doc_blocks(lang: str) -> list[str]:
+    """The `lang` code blocks of doc/tools.md's section on resident tools."""
+    doc = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "doc", "tools.md")
+    text = open(doc).read().split("## Resident tools", 1)[1].split("\n## ", 1)[0]
+    return [b.split("\n", 1)[1] for b in text.split("```" + lang + "\n")[1:]
+            for b in [("x\n" + b).split("\n```", 1)[0]]]
+
+
+def test_the_examples_of_doc_tools_md_work_as_written():
+    d = tools_dir()
+    (kv,), (counter,) = _doc_blocks("python"), _doc_blocks("bash")
+    meta = json.loads(_doc_blocks("json")[0])
+    add_tool(d, "kv", kv, meta)
+    add_tool(d, "counter", counter, {"resident": True})
+    app = AppThread([d], timeout=5).start()
+    try:
+        with connect(app) as c:
+            a = agent(c, "doc", "a", "kv", "counter")
+            assert call(c, a, "kv", {"key": "a", "value": "1"}) == b"stored\n"
+            assert call(c, a, "kv", {"key": "a"}) == b"1\n"
+            with pytest.raises(RemoteError, match="no-such key: b"):
+                call(c, a, "kv", {"key": "b"})
+            assert call(c, a, "counter", {}) == b"call 1\n"
+            assert call(c, a, "counter", {"x": 1}) == b"call 2\n"
+            assert read(c, a + "/tools/counter/err") == b"call 2: 7 bytes of args\n"
+    finally:
+        app.cleanup()

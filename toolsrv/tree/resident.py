@@ -24,6 +24,7 @@ of that tool to the entry's process, starting it first when there is none:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any
@@ -146,7 +147,7 @@ class Residents:
         if e.protocol == "mcp":
             rep = await self._mcp_call(e, tool, call, timeout)
         else:
-            rep = await resident.lines_call(proc, req.stdin, timeout, call.kill)
+            rep = await resident.lines_call(proc, compact(call.args), timeout, call.kill)
         e.calls += 1
         self._outcome(call, e, rep)
 
@@ -309,6 +310,18 @@ class Residents:
         waits = [p.handle.exited for p in procs if p.alive]
         if waits:
             await asyncio.wait(waits, timeout=5)
+
+
+_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def compact(args: Any) -> bytes:
+    """The args as the lines protocol sends them: one line of compact JSON (UTF-8; a lone
+    surrogate, which UTF-8 cannot carry, stays escaped)."""
+    try:
+        return _compact(args).encode()
+    except UnicodeEncodeError:
+        return json.dumps(args, separators=(",", ":")).encode()
 
 
 def _fail(call: Any, state: str, reason: str, detail: str | None = None) -> None:
