@@ -355,3 +355,13 @@ def test_the_examples_of_doc_tools_md_work_as_written():
             assert read(c, a + "/tools/counter/err") == b"call 2: 7 bytes of args\n"
     finally:
         app.cleanup()
+
+
+def test_an_elevated_call_of_a_resident_tool_is_refused(srv):
+    with connect(srv) as c:
+        a = agent(c, "elev", "a", "counter")
+        call(c, a, "counter", {})
+        with pytest.raises(RemoteError, match=r"^elevation: not for resident tools "
+                                              r"\(not implemented\)"):
+            call(c, a, "counter", {"elevated": True})
+        assert call(c, a, "counter", {}).split()[0] == b"2"     # the process was left alone

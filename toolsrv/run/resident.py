@@ -93,7 +93,7 @@ class Process:
     def exit_reason(self) -> str:
         """Why the process is gone, in words: its exit status or signal, its last stderr."""
         if not self.handle.exited.done():
-            return "process ended its output" if self.eof else "process running"
+            return "the process closed it" if self.eof else "process running"
         status, error = self.handle.exited.result()
         if error:
             return f"could not start: {error}"

@@ -136,9 +136,14 @@ class Residents:
 
     async def _call(self, call: Any, e: Entry, tool: Any, req: RunRequest) -> None:
         timeout = req.timeout or req.profile.timeout or self.runner.config.timeout
-        where = (req.cwd, req.profile.name)
+        if req.elevated:
+            _fail(call, "refused", "elevation: not for resident tools (not implemented)")
+            return
+        where = (req.cwd, req.profile.name, tuple(req.argv))
         if e.proc is not None and (not e.proc.alive or e.where != where):
-            self._end(e, "sandbox or cwd changed" if e.proc.alive else e.proc.exit_reason())
+            why = e.proc.exit_reason() if not e.proc.alive else \
+                "command changed" if e.where[2:] != where[2:] else "sandbox or cwd changed"
+            self._end(e, why)
         if e.proc is None:
             if not await self._start(call, e, tool, req, where, timeout):
                 return
@@ -158,9 +163,6 @@ class Residents:
             why = (f"resident: {e.fails} failed starts, next start in {wait:.0f}s "
                    f"(resource busy): {e.stopped}")
             _fail(call, "refused", why)
-            return False
-        if req.elevated:
-            _fail(call, "refused", "elevation: not for resident tools (not implemented)")
             return False
         start = RunRequest(argv=req.argv, stdin=b"", cwd=req.cwd, env=req.env,
                            profile=req.profile, tool_dir=req.tool_dir, context=req.context)
