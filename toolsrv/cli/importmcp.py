@@ -216,6 +216,10 @@ def plan(args: argparse.Namespace, tools: list[dict]) -> tuple[list[tuple[str, d
             check_schema(schema, f"{mcp_name}.inputSchema")
         except MetaError as e:
             raise ImportError_(str(e)) from None
+        kind = schema.get("type", "object")
+        if kind != "object" and not (isinstance(kind, list) and "object" in kind):
+            raise ImportError_(f"{mcp_name}.inputSchema.type: must be \"object\", not "
+                               f"{json.dumps(kind)}")
         meta = {"description": _one_line(t.get("description") or f"MCP tool {mcp_name}"),
                 "prompt": prompt_for(name, t, schema), "args": schema, "cmd": cmd,
                 "resident": {"protocol": "mcp", "tool": mcp_name}}
