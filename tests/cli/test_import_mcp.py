@@ -203,9 +203,11 @@ def test_cancel_sends_notifications_cancelled_then_kills(srv):
         c.open(f, OWRITE)
         c.write(f, b'{"t": 3600}')
         c.clunk(f)
-        time.sleep(0.2)
-        rdwr(c, a + "/ctl", b"cancel sleep")
         end = time.monotonic() + 15
+        while time.monotonic() < end and not read(c, a + "/tools/sleep/status").startswith(
+                b"running"):
+            time.sleep(0.02)
+        rdwr(c, a + "/ctl", b"cancel sleep")
         while time.monotonic() < end and not os.path.exists(logf):
             time.sleep(0.02)
         got = [json.loads(ln) for ln in open(logf)]

@@ -71,7 +71,7 @@ def srv():
     add_tool(d, "counter", COUNTER, {"resident": True})
     add_tool(d, "counter_ro", COUNTER, {"resident": {"protocol": "lines"}, "readOnly": True})
     add_tool(d, "dies", DIES, {"resident": True})
-    add_tool(d, "idler", IDLE, {"resident": {"idle": 0.5}})
+    add_tool(d, "idler", IDLE, {"resident": {"idle": 2}})
     app = AppThread([d], timeout=5, max_args=1 << 20).start()
     app.tools = d
     yield app
