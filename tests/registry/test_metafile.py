@@ -1,6 +1,7 @@
 """One .meta file: parsing, type checks, unknown fields, args schema validity."""
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -94,9 +95,26 @@ def test_defaults_and_known_fields():
     assert (m.fields, m.extra, m.variants) == ({}, {}, ())
     m = parse_meta(meta(description="d", prompt="p", keywords=["k"], tier="warm", cmd="rg",
                         scope="read", outputFormat="text", resetsCounter=True, readOnly=True,
-                        args={"type": "object"}))
+                        args={"type": "object"}, resident=True))
     assert m.fields["tier"] == "warm" and m.fields["keywords"] == ("k",)
     assert set(m.fields) == set(metafile.FIELDS)
+
+
+def test_resident_defaults_and_checks():
+    """Issue 17: `true`, or {"protocol", "idle", "tool"} with lines, 300 s, the name."""
+    assert parse_meta(meta(resident=True)).fields["resident"] == {
+        "protocol": "lines", "idle": 300.0, "tool": None}
+    assert parse_meta(meta(resident=False)).fields["resident"] is None
+    r = parse_meta(meta(resident={"protocol": "mcp", "idle": 5, "tool": "get_time"}))
+    assert r.fields["resident"] == {"protocol": "mcp", "idle": 5.0, "tool": "get_time"}
+    for bad, words in ((1, "resident: must be true, false or an object, not a number"),
+                       ({"protocol": "grpc"}, "resident.protocol: must be one of lines, mcp"),
+                       ({"idle": 0}, "resident.idle: must be a number of seconds above 0"),
+                       ({"idle": True}, "resident.idle: must be a number"),
+                       ({"tool": ""}, "resident.tool: must be a non-empty string"),
+                       ({"procotol": "mcp"}, "resident.procotol: unknown field")):
+        with pytest.raises(MetaError, match=re.escape(words)):
+            parse_meta(meta(resident=bad))
 
 
 def test_unknown_fields_are_kept_not_rejected():

@@ -204,7 +204,7 @@ def test_scratch_directories_both_ways(tmp_path: Path, inline: bool) -> None:
     worker threads.  Either way: fresh, 0700, never handed out twice, in this server's own
     directory of the base, removed with what a tool left in them; a crashed server's
     directory (its lock free) is swept, and nothing is left once closed."""
-    from toolsrv.run.runner import _Scratch, default_tmp_base
+    from toolsrv.run.scratch import _Scratch, default_tmp_base
 
     base = str(tmp_path / "scratch")
     os.makedirs(base, 0o711)
@@ -235,7 +235,7 @@ def test_scratch_directories_both_ways(tmp_path: Path, inline: bool) -> None:
 
 def test_default_tmp_base_is_an_executable_tmpfs_or_the_tempdir(monkeypatch, tmp_path):
     import tempfile
-    from toolsrv.run import runner
+    from toolsrv.run import scratch as runner
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     parent = os.path.dirname(runner.default_tmp_base())
     if runner._on_tmpfs(str(tmp_path)):          # /tmp is a tmpfs here: $XDG_RUNTIME_DIR wins

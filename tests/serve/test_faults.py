@@ -26,7 +26,7 @@ import pytest
 from proto import ORDWR, Topen, Tread, Twalk, Twrite
 from toolsrv.dirs import trusted
 from toolsrv.cli.client import Client, ClientError
-from toolsrv.run.runner import default_tmp_base
+from toolsrv.run.scratch import default_tmp_base
 
 from apphelpers import AppThread, add_tool, tools_dir
 from serverhelpers import Raw, stop_clean, wait_for

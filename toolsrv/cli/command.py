@@ -5,6 +5,7 @@
     toolsrv call [--cwd DIR] SESSION AGENT TOOL JSON
     toolsrv sandbox check [PROFILE]      toolsrv approve [--allow TOOL...]
     toolsrv mount [MOUNTPOINT]           toolsrv umount [MOUNTPOINT]
+    toolsrv import-mcp [--prefix P] [--dir DIR] [--force] -- COMMAND [ARGS...]
 
 Client verbs exit 1 with the server's error on stderr.
 """
@@ -30,7 +31,7 @@ def _addr_arg(p: argparse.ArgumentParser) -> None:
 
 
 VERBS = ("serve", "ls", "read", "write", "rdwr", "stat", "mkdir", "rm", "call", "sandbox",
-         "approve", "mount", "umount")
+         "approve", "mount", "umount", "import-mcp")
 
 
 def build_parser(only: str | None = None,
@@ -243,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["approve"]:          # its own options: --allow TOOL..., -h
         from ..run.elevation import approve_main
         return approve_main(argv[1:])
+    if argv[:1] == ["import-mcp"]:       # its own options, then -- COMMAND [ARGS...]
+        from .importmcp import main as import_main
+        return import_main(argv[1:])
     args = parse(argv)
     try:
         if args.verb == "serve":

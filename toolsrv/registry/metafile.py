@@ -157,10 +157,40 @@ def _args(v: Any, where: str) -> dict[str, Any]:
     return v
 
 
+PROTOCOLS = ("lines", "mcp")
+IDLE = 300.0  # seconds a resident process may sit without a call
+
+
+def _resident(v: Any, where: str) -> dict[str, Any] | None:
+    """`true`, `false` or {"protocol", "idle", "tool"}: the normalised form, or None (not
+    resident).  "tool" stays None when not given (the caller knows the .meta's name)."""
+    if v is False:
+        return None
+    if v is True:
+        v = {}
+    if not isinstance(v, dict):
+        raise MetaError(f"{where}: must be true, false or an object, not {json_kind(v)}")
+    for k in v:
+        if k not in ("protocol", "idle", "tool"):
+            raise MetaError(f"{where}.{k}: unknown field (protocol, idle, tool)")
+    proto = v.get("protocol", "lines")
+    if proto not in PROTOCOLS or not isinstance(proto, str):
+        raise MetaError(f"{where}.protocol: must be one of {', '.join(PROTOCOLS)}, "
+                        f"not {json.dumps(proto)}")
+    idle = v.get("idle", IDLE)
+    if isinstance(idle, bool) or not isinstance(idle, (int, float)) or not idle > 0:
+        raise MetaError(f"{where}.idle: must be a number of seconds above 0, not "
+                        f"{json.dumps(idle)}")
+    tool = v.get("tool")
+    if tool is not None and (not isinstance(tool, str) or not tool):
+        raise MetaError(f"{where}.tool: must be a non-empty string, not {json.dumps(tool)}")
+    return {"protocol": proto, "idle": float(idle), "tool": tool}
+
+
 _CHECKERS: dict[str, Callable[[Any, str], Any]] = {
     "description": _string, "prompt": _string, "keywords": _strings, "args": _args,
     "tier": _tier, "cmd": _cmd, "scope": _string, "outputFormat": _string,
-    "resetsCounter": _boolean, "readOnly": _boolean,
+    "resetsCounter": _boolean, "readOnly": _boolean, "resident": _resident,
 }
 FIELDS = tuple(_CHECKERS)
 

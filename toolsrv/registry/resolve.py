@@ -97,13 +97,14 @@ class Tool(Frozen):
     """One visible tool, variant applied and command resolved.  Treat as immutable."""
     FIELDS = ("name", "file", "dir", "description", "prompt", "keywords", "schema", "tier",
               "read_only", "scope", "output_format", "resets_counter", "extra", "command",
-              "variant", "cmd")
+              "variant", "cmd", "resident")
 
     def __init__(self, name: str, file: str, dir: str, description: str, prompt: str,
                  keywords: tuple[str, ...], schema: dict[str, Any], tier: str,
                  read_only: bool, scope: str | None, output_format: str | None,
                  resets_counter: bool, extra: dict[str, Any], command: Command,
-                 variant: int | None, cmd: str | None = None) -> None:
+                 variant: int | None, cmd: str | None = None,
+                 resident: dict[str, Any] | None = None) -> None:
         self.__dict__.update(           # what make_tool does too
             name=name,
             file=file,                  # the .meta path
@@ -115,7 +116,8 @@ class Tool(Frozen):
             extra=extra,                # unknown fields, kept
             command=command,
             variant=variant,            # index of the variant applied, None without variants
-            cmd=cmd)                    # the `cmd` field as written (variant applied)
+            cmd=cmd,                    # the `cmd` field as written (variant applied)
+            resident=resident)          # {"protocol", "idle", "tool"}, or None: a run per call
 
     def meta_json(self) -> dict[str, Any]:
         """The resolved definition served as tools/<tool>/meta."""
@@ -125,7 +127,8 @@ class Tool(Frozen):
             "keywords": list(self.keywords), "args": self.schema, "tier": self.tier,
             "readOnly": self.read_only, "resetsCounter": self.resets_counter}
         for k, v in (("scope", self.scope), ("outputFormat", self.output_format),
-                     ("cmd", self.cmd), ("variant", self.variant)):
+                     ("cmd", self.cmd), ("variant", self.variant),
+                     ("resident", self.resident)):
             if v is not None:
                 out[k] = v
         out["command"] = self.command.to_json()
@@ -179,5 +182,13 @@ def make_tool(name: str, dir: str, file: str, fields: dict[str, Any],
         tier=fields.get("tier", "hot"), read_only=fields.get("readOnly", False),
         scope=fields.get("scope"), output_format=fields.get("outputFormat"),
         resets_counter=fields.get("resetsCounter", False), extra=extra,
-        command=command, variant=variant, cmd=fields.get("cmd"))
+        command=command, variant=variant, cmd=fields.get("cmd"),
+        resident=_resident(fields.get("resident"), name))
     return tool
+
+
+def _resident(r: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+    """The resident settings with `tool` defaulting to the .meta's name."""
+    if r is None or r.get("tool"):
+        return r
+    return {**r, "tool": name}

@@ -32,6 +32,7 @@ from ..record import Plain
 from ..registry import warmstart
 from ..run.runner import RunRequest
 from ..run.sandbox import load_profile
+from .resident import Residents
 from .sessions import Agent
 
 log = logging.getLogger("toolsrv.calls")
@@ -54,6 +55,7 @@ class Call(Plain):
         self.args = args
         self.elevated = elevated
         self.state = state      # queued running ok exit timeout killed invalid refused
+                                # (resident tools: error failed)
         self.result = result    # the runner's RunResult
         self.reason = reason    # the Rerror a reader gets, None on success
         self.started = time.monotonic() if started is None else started
@@ -80,7 +82,7 @@ class Call(Plain):
         r = self.result
         if self.state == "exit" and r is not None:
             words.append(str(r.exit_code))
-        if self.state in ("invalid", "refused") and self.reason:
+        if self.state in ("invalid", "refused", "failed") and self.reason:
             words = [f"{self.state}: {self.reason}"]
         words.append(f"{self.duration:.3f}s")
         if r is not None and r.truncated:
@@ -150,6 +152,7 @@ class Scheduler:
         self.addr = addr
         self.bypass = os.environ.get("OLLIE_BYPASS_SOCKET", "")   # passed on to every tool
         self.live: set[Call] = set()
+        self.residents = Residents(runner)   # resident tools' processes (resident.py)
 
     def start(self, call: Call, tool: Any, profile_name: str) -> None:
         queued = sum(1 for c in self.live if c.state == "queued")
@@ -232,6 +235,9 @@ class Scheduler:
                                      "warm") is False else warmstart.plan)
                 call.state = "running"
                 call.started = time.monotonic()
+                if getattr(tool, "resident", None):
+                    await self.residents.run(call, tool, req)   # sets the outcome
+                    return
                 call.result = await self.runner.run(req)
             finally:
                 if conn is not None:
@@ -261,3 +267,4 @@ class Scheduler:
             t.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=10)
+        await self.residents.close()

@@ -47,6 +47,7 @@ class Calls:
                                connect=getattr(app, "internal_connection", None))
         self.max_args = getattr(app.opts, "max_args", MAX_ARGS)
         self.store.on_remove_agent.append(lambda a: self.sched.kill(a))
+        self.store.on_remove_agent.append(self.sched.residents.drop_agent)
 
     NAMES = ("ctl", "log", "schemas", "tools")   # an agent's files (fs.AgentDir)
 
@@ -111,13 +112,18 @@ class Calls:
                 a.loaded += [n for n in dict.fromkeys(names) if n not in a.loaded]
             elif verb == "tool_unload":
                 self.sched.kill(a, set(names))
+                self._end_residents(a, names, "unloaded")
                 a.loaded[:] = [n for n in a.loaded if n not in names]
             else:
                 self.sched.kill(a, set(names))
+                self._end_residents(a, names, "cancelled")
             a.note(f"ctl {verb} {' '.join(names)} -> ok")
         if any(v != "cancel" for v, _ in cmds):
             return self.store.changed(a.session)   # not undone if unsaved, as before
         return None                               # nothing to save
+
+    def _end_residents(self, a: Agent, names: list[str], why: str) -> None:
+        self.sched.residents.drop(a, [self.registry.get(n) for n in names], why)
 
     # -- call --
     def begin(self, a: Agent, tool_name: str, args: Any) -> Call:
@@ -237,7 +243,9 @@ class ToolCallDir(FixedDir):
 
     def _status(self) -> bytes:
         c = self.latest()
-        return c.status_line().encode() if c else b"idle\n"
+        line = c.status_line() if c else "idle\n"
+        more = self.calls.sched.residents.status_line(self.a, self.calls.registry.get(self.tool))
+        return (line + (more + "\n" if more else "")).encode()
 
     def remove(self) -> None:
         return None

@@ -1,0 +1,115 @@
+"""The bundled resident `shell` tool (issue 17), called through a whole server under the
+sandbox: state kept across calls, a process per agent, a hung command hitting its timeout,
+the output cap.  Process checks look at the real process table; nothing asserts on timing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from apphelpers import AppThread
+from py9phelpers import agent, connect, mkdir, rdwr, read
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tools"))
+from sandbox_support import processes_with  # noqa: E402
+
+TOOLS = Path(__file__).resolve().parents[2] / "data" / "tools"
+
+
+@pytest.fixture(scope="module")
+def srv():
+    app = AppThread([str(TOOLS)], timeout=15).start()
+    yield app
+    app.cleanup()
+
+
+def sh(c, a: str, command: str, **more) -> str:
+    return rdwr(c, a + "/tools/shell/call",
+                json.dumps({"command": command, **more}).encode()).decode()
+
+
+def shells() -> list[int]:
+    return processes_with(f"{TOOLS}/shell\0")
+
+
+def test_state_survives_between_calls(srv):
+    with connect(srv) as c:
+        a = agent(c, "sh1", "a", "shell")
+        assert sh(c, a, "mkdir -p sub/dir && cd sub && X=41; export Y=hello; "
+                        "inc() { X=$((X+1)); echo \"x=$X\"; }") == "[exit 0]"
+        assert sh(c, a, "inc; echo \"$Y\"; basename \"$PWD\"") == "x=42\nhello\nsub\n[exit 0]"
+        assert sh(c, a, "cd dir; inc") == "x=43\n[exit 0]"
+        assert sh(c, a, "basename \"$PWD\"; echo oops >&2; exit_code() { return 3; }; "
+                        "exit_code") == "dir\noops\n[exit 3]"
+        assert sh(c, a, "echo \"unterminated").endswith("[exit 2]")   # eval's syntax error
+        assert sh(c, a, "inc") == "x=44\n[exit 0]"                     # the shell went on
+        status = read(c, a + "/tools/shell/status").decode().splitlines()
+        assert status[1].startswith("resident up ") and status[1].endswith("6 calls")
+
+
+def test_each_agent_has_its_own_shell(srv):
+    with connect(srv) as c:
+        a = agent(c, "sh2", "a", "shell")
+        mkdir(c, "session/sh2/agent/b")
+        b = "session/sh2/agent/b"
+        rdwr(c, b + "/ctl", b"tool_load shell")
+        sh(c, a, "V=mine")
+        assert sh(c, b, "echo \"[$V]\"") == "[]\n[exit 0]"
+        assert sh(c, a, "echo \"[$V]\"") == "[mine]\n[exit 0]"
+
+
+def test_a_hung_command_hits_its_timeout_and_the_shell_lives_on(srv):
+    with connect(srv) as c:
+        a = agent(c, "sh3", "a", "shell")
+        sh(c, a, "K=kept")
+        out = sh(c, a, "echo before; sleep 3600", timeout=0.5)
+        assert out.startswith("before\n")
+        assert "[shell: timed out after 0.5s: the command was killed]" in out
+        assert out.endswith("[exit 143]")
+        assert not processes_with("sleep\x003600\x00")
+        assert sh(c, a, "echo $K") == "kept\n[exit 0]"
+        # a command that ignores SIGTERM ends the shell: a new one, and the answer says so
+        out = sh(c, a, "trap '' TERM; while :; do :; done", timeout=0.3)
+        assert "the shell was killed and a new one started" in out
+        assert sh(c, a, "echo \"[$K]\"") == "[]\n[exit 0]"
+
+
+def test_output_is_capped_and_the_cut_is_said(srv):
+    with connect(srv) as c:
+        a = agent(c, "sh4", "a", "shell")
+        out = sh(c, a, "head -c 5000000 /dev/zero | tr '\\0' y", max_output=1000)
+        assert out.startswith("y" * 1000 + "\n[shell: output cut at 1000 bytes; 4999000 more "
+                              "bytes dropped]")
+        assert out.endswith("[exit 0]")
+        assert len(sh(c, a, "seq 1 10000")) == len("\n".join(map(str, range(1, 10001)))) \
+            + len("\n[exit 0]")
+
+
+def test_the_shell_is_sandboxed(srv):
+    with connect(srv) as c:
+        a = agent(c, "sh5", "a", "shell")
+        out = sh(c, a, "cat /root/.bashrc /etc/shadow 2>&1; touch /usr/x 2>&1")
+        assert "Permission denied" in out and not out.endswith("[exit 0]")
+        assert sh(c, a, "id -u").split("\n")[0] == ("65534" if os.geteuid() == 0
+                                                    else str(os.geteuid()))
+
+
+def test_unload_ends_the_shell_and_its_jobs(srv):
+    with connect(srv) as c:
+        a = agent(c, "sh6", "a", "shell")
+        before = set(shells())
+        sh(c, a, "sleep 3599 >/dev/null 2>&1 &")
+        mine = set(shells()) - before
+        assert len(mine) == 1 and processes_with("sleep\x003599\x00")
+        rdwr(c, a + "/ctl", b"tool_unload shell")
+        end = time.monotonic() + 15
+        while time.monotonic() < end and (processes_with("sleep\x003599\x00") or
+                                          mine & set(shells())):
+            time.sleep(0.02)
+        assert not processes_with("sleep\x003599\x00") and not mine & set(shells())

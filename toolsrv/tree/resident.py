@@ -1,0 +1,339 @@
+"""Resident tools: one process per agent and tool kept between calls (issue 17).
+
+A tool whose .meta says `"resident"` is not run per call.  `Residents` keeps, per agent, an
+`Entry` per process key (lines: the tool's name; mcp: the resolved command, so the .meta
+files of one agent that name the same MCP server share one process) and gives each call
+of that tool to the entry's process, starting it first when there is none:
+  - start: `Runner.open_resident`, confined as a cold run is, in the session's cwd and
+    sandbox; a change of either restarts the process at the next call;
+  - a call: `run.resident.lines_call`, or `tools/call` through `run.mcpproto.Client`
+    (initialized once per process); calls of one entry run one at a time, in order (the
+    entry's lock is FIFO);
+  - an outcome: {"output"} is `ok`; {"error"} (or an MCP error) is `error`, its text the
+    Rerror; a failure (garbage, EOF, exit, a reply over the cap, the timeout) fails the call
+    with a reason naming it and kills the process: the next call starts a fresh one;
+  - back-off: a process that fails before it ever answered counts as a failed start; after
+    two in a row, starts wait 1, 2, 4 ... 60 s, and calls meanwhile fail at once, saying so;
+  - ending: cancel, a flush of the waiting read (the call's kill), tool_unload, removal of
+    the agent or session and shutdown kill the process (an MCP server is first told
+    `notifications/cancelled` and killed after GRACE); `idle` seconds without a call
+    sends SIGTERM, then SIGKILL after GRACE.
+`status_line` is the second line of the tool's `status`: `resident up 42s, 17 calls`,
+`resident stopped: idle`.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from .. import errors as E
+from ..errors import defuse
+from ..record import Plain
+from ..run import mcpproto, resident
+from ..run.runner import RunRequest, RunResult
+from .jsonargs import fit
+
+log = logging.getLogger("toolsrv.resident")
+
+GRACE = 2.0        # seconds between SIGTERM (or notifications/cancelled) and SIGKILL
+BACKOFF = 1.0      # the first wait between starts once a tool keeps dying at start
+BACKOFF_MAX = 60.0
+
+
+class Entry(Plain):
+    """One resident process slot of an agent: the process (if up) and its history."""
+    FIELDS = ("key", "protocol", "idle", "agent", "name", "proc", "client", "where", "fails",
+              "next_try", "stopped", "timer", "lock", "calls")
+
+    def __init__(self, key: tuple, protocol: str, idle: float, agent: Any = None,
+                 name: str = "") -> None:
+        self.key = key
+        self.agent = agent              # whose log hears of starts and ends
+        self.name = name                # the tool that first started it
+        self.protocol = protocol
+        self.idle = idle
+        self.proc: resident.Process | None = None
+        self.client: mcpproto.Client | None = None
+        self.where: tuple = ()          # (cwd, profile) the process was started with
+        self.fails = 0                  # failed starts in a row
+        self.next_try = 0.0             # monotonic time before which no start is tried
+        self.stopped = ""               # why the last process ended
+        self.timer: asyncio.TimerHandle | None = None
+        self.lock = asyncio.Lock()
+        self.calls = 0
+
+    def status_line(self) -> str:
+        p = self.proc
+        if p is not None and p.alive:
+            n = p.calls
+            return f"resident up {time.monotonic() - p.started:.0f}s, {n} call" \
+                   f"{'' if n == 1 else 's'}"
+        if not self.stopped:
+            return ""
+        line = f"resident stopped: {self.stopped}"
+        wait = self.next_try - time.monotonic()
+        if wait > 0:
+            line += f"; {self.fails} failed starts, next start in {wait:.0f}s"
+        return line
+
+
+def entry_key(tool: Any) -> tuple:
+    r = tool.resident
+    if r["protocol"] == "mcp":
+        return ("mcp", tuple(tool.command.argv))
+    return ("lines", tool.name)
+
+
+class Residents:
+    """Every resident process of the server, by agent; see the module's header."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.live: set[Entry] = set()    # entries with a process up
+        self.dying: set[resident.Process] = set()   # killed after a grace period
+
+    def entries(self, agent: Any) -> dict[tuple, Entry]:
+        return agent.extra.setdefault("resident", {})
+
+    def entry(self, agent: Any, tool: Any) -> Entry:
+        key = entry_key(tool)
+        d = self.entries(agent)
+        e = d.get(key)
+        if e is None:
+            r = tool.resident
+            e = d[key] = Entry(key, r["protocol"], r["idle"], agent, tool.name)
+        return e
+
+    def status_line(self, agent: Any, tool: Any) -> str:
+        if tool is None or not getattr(tool, "resident", None):
+            return ""
+        e = self.entries(agent).get(entry_key(tool))
+        return e.status_line() if e is not None else ""
+
+    # -- a call --
+    async def run(self, call: Any, tool: Any, req: RunRequest) -> None:
+        """Run `call` on its resident process; sets its result, state and reason."""
+        e = self.entry(call.agent, tool)
+        async with e.lock:
+            if call.kill.is_set():
+                _cancelled(call)
+                return
+            if e.timer is not None:
+                e.timer.cancel()
+                e.timer = None
+            try:
+                await self._call(call, e, tool, req)
+            except asyncio.CancelledError:     # shutdown, or a stop of a waiting call
+                self._end(e, "cancelled")
+                raise
+            finally:
+                if e.proc is not None and e.proc.alive:
+                    loop = asyncio.get_running_loop()
+                    e.timer = loop.call_later(e.idle, self._idle, e)
+
+    async def _call(self, call: Any, e: Entry, tool: Any, req: RunRequest) -> None:
+        timeout = req.timeout or req.profile.timeout or self.runner.config.timeout
+        if req.elevated:
+            _fail(call, "refused", "elevation: not for resident tools (not implemented)")
+            return
+        where = (req.cwd, req.profile.name, tuple(req.argv))
+        if e.proc is not None and (not e.proc.alive or e.where != where):
+            why = e.proc.exit_reason() if not e.proc.alive else \
+                "command changed" if e.where[2:] != where[2:] else "sandbox or cwd changed"
+            self._end(e, why)
+        if e.proc is None:
+            if not await self._start(call, e, tool, req, where, timeout):
+                return
+        proc = e.proc
+        assert proc is not None
+        if e.protocol == "mcp":
+            rep = await self._mcp_call(e, tool, call, timeout)
+        else:
+            rep = await resident.lines_call(proc, compact(call.args), timeout, call.kill)
+        e.calls += 1
+        self._outcome(call, e, rep)
+
+    async def _start(self, call: Any, e: Entry, tool: Any, req: RunRequest, where: tuple,
+                     timeout: float) -> bool:
+        wait = e.next_try - time.monotonic()
+        if wait > 0:
+            why = (f"resident: {e.fails} failed starts, next start in {wait:.0f}s "
+                   f"(resource busy): {e.stopped}")
+            _fail(call, "refused", why)
+            return False
+        start = RunRequest(argv=req.argv, stdin=b"", cwd=req.cwd, env=req.env,
+                           profile=req.profile, tool_dir=req.tool_dir, context=req.context)
+        handle, refusal = await self.runner.open_resident(start)
+        if handle is None:
+            self._failed_start(e, refusal or "could not start")
+            _fail(call, "refused", refusal or "resident: could not start (input/output error)")
+            return False
+        cfg = self.runner.config
+        e.proc = resident.Process(self.runner.launcher, handle, cfg.stdout_cap, cfg.stderr_cap)
+        e.where, e.stopped = where, ""
+        self.live.add(e)
+        self._note(e, "started")
+        if e.protocol == "mcp":
+            e.client = mcpproto.Client(e.proc)
+            _, rep = await resident.answer(e.proc, timeout, call.kill, self._init(e.client))
+            if rep.failure or rep.cancelled:
+                rep.failure = rep.failure and f"mcp initialize: {rep.failure}"
+                self._outcome(call, e, rep)
+                return False
+        return True
+
+    async def _init_wrap(self, client: mcpproto.Client) -> None:
+        try:
+            await client.initialize()
+        except mcpproto.MCPError as err:
+            raise resident.Ended(str(err)) from None
+
+    def _init(self, client: mcpproto.Client) -> Any:
+        return lambda: self._init_wrap(client)
+
+    async def _mcp_call(self, e: Entry, tool: Any, call: Any, timeout: float) -> resident.Reply:
+        client, proc = e.client, e.proc
+        assert client is not None and proc is not None
+        name = tool.resident["tool"]
+
+        async def one() -> tuple[str | None, str | None]:
+            try:
+                return await client.call(name, call.args)
+            except mcpproto.MCPError as err:
+                raise resident.Ended(str(err)) from None
+        value, rep = await resident.answer(proc, timeout, call.kill, one)
+        if value is not None:
+            rep.output, rep.error = value
+            proc.calls += 1
+        return rep
+
+    def _outcome(self, call: Any, e: Entry, rep: resident.Reply) -> None:
+        call.result = RunResult(stdout=(rep.output or "").encode(), stderr=rep.stderr,
+                                exit_code=0 if rep.failure is None else None,
+                                timed_out=rep.timed_out, cancelled=rep.cancelled,
+                                truncated=rep.truncated if rep.truncated == "stdout" else None,
+                                timeout_used=0.0)
+        if rep.cancelled:
+            _cancelled(call)
+            self._end(e, "cancelled", mcp_grace=e.protocol == "mcp")
+        elif rep.timed_out:
+            call.state, call.reason = "timeout", rep.failure or E.ETIMEOUT
+            self._end(e, rep.failure or E.ETIMEOUT)
+        elif rep.failure is not None:
+            if rep.truncated == "stdout":
+                call.state = "killed"
+            else:
+                call.state = "failed"
+            _fail(call, call.state, fit("resident: ", defuse(rep.failure),
+                                        " (input/output error)"), rep.failure)
+            started = e.proc is not None and e.proc.calls == 0
+            self._end(e, rep.failure)
+            if started:
+                self._failed_start(e, rep.failure)
+        elif rep.error is not None:
+            e.fails = 0
+            call.state = "error"
+            why = fit("", defuse(rep.error), " (input/output error)")
+            call.reason, call.detail = str(why), rep.error
+        else:
+            e.fails = 0
+            call.state, call.reason = "ok", None
+
+    def _failed_start(self, e: Entry, why: str) -> None:
+        e.fails += 1
+        e.stopped = why
+        if e.fails >= 2:
+            wait = min(BACKOFF_MAX, BACKOFF * 2 ** (e.fails - 2))
+            e.next_try = time.monotonic() + wait
+            self._note(e, f"{e.fails} failed starts: no start for {wait:g}s: {why}")
+
+    # -- ending --
+    def _end(self, e: Entry, why: str, mcp_grace: bool = False) -> None:
+        """The entry's process goes (killed now, or after GRACE for a cancelled MCP call)."""
+        proc, e.proc, client, e.client = e.proc, None, e.client, None
+        if e.timer is not None:
+            e.timer.cancel()
+            e.timer = None
+        self.live.discard(e)
+        e.stopped = why
+        if proc is None:
+            return
+        self._note(e, f"stopped: {why}")
+        if mcp_grace and client is not None and proc.alive:
+            client.cancelled()
+            self.dying.add(proc)
+            asyncio.get_running_loop().call_later(GRACE, self._kill_dying, proc)
+        else:
+            proc.kill()
+
+    def _note(self, e: Entry, what: str) -> None:
+        if e.agent is not None:
+            e.agent.note(f"resident {e.name} -> {what}")
+
+    def _kill_dying(self, proc: resident.Process) -> None:
+        self.dying.discard(proc)
+        proc.kill()
+
+    def _idle(self, e: Entry) -> None:
+        e.timer = None
+        if e.lock.locked() or e.proc is None:
+            return
+        proc, e.proc, e.client = e.proc, None, None
+        self.live.discard(e)
+        e.stopped = "idle"
+        self._note(e, "stopped: idle")
+        proc.terminate(GRACE)
+
+    def drop(self, agent: Any, tools: list[Any], why: str) -> None:
+        """End the processes of these tools of the agent (cancel, tool_unload)."""
+        d = self.entries(agent)
+        for t in tools:
+            if t is not None and getattr(t, "resident", None):
+                e = d.get(entry_key(t))
+                if e is not None and e.proc is not None:   # a call in flight to an MCP
+                    self._end(e, why, mcp_grace=e.lock.locked())   # server: told first
+
+    def drop_agent(self, agent: Any) -> None:
+        """The agent (or its session) is removed: every process of it goes."""
+        for e in list(self.entries(agent).values()):
+            if e.proc is not None:
+                self._end(e, "agent removed")
+
+    async def close(self) -> None:
+        """Shutdown: kill every process and wait (bounded) until each has ended."""
+        procs = [e.proc for e in self.live if e.proc is not None] + list(self.dying)
+        for e in list(self.live):
+            self._end(e, "shutdown")
+        for p in procs:
+            p.kill()
+        waits = [p.handle.exited for p in procs if p.alive]
+        if waits:
+            await asyncio.wait(waits, timeout=5)
+
+
+_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def compact(args: Any) -> bytes:
+    """The args as the lines protocol sends them: one line of compact JSON (UTF-8; a lone
+    surrogate, which UTF-8 cannot carry, stays escaped)."""
+    try:
+        return _compact(args).encode()
+    except UnicodeEncodeError:
+        return json.dumps(args, separators=(",", ":")).encode()
+
+
+def _fail(call: Any, state: str, reason: str, detail: str | None = None) -> None:
+    call.state, call.reason = state, str(reason)
+    call.detail = detail if detail is not None else getattr(reason, "full", None)
+    if call.result is None:
+        call.result = RunResult()
+
+
+def _cancelled(call: Any) -> None:
+    call.state, call.reason = "killed", E.ECANCELLED
+    if call.result is None:
+        call.result = RunResult(cancelled=True)
