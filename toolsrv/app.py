@@ -213,7 +213,8 @@ class App:
         for problem in self.store.restore():
             print(f"toolsrv: {problem}", file=sys.stderr)
         self.store.start_writer()      # state saves from now on off the event loop, grouped
-        self.fs = ToolsrvFS(self.registry, self.store, revwait_timeout=opts.revwait_timeout)
+        self.fs = ToolsrvFS(self.registry, self.store, revwait_timeout=opts.revwait_timeout,
+                            status=getattr(self.runner, "status_text", None))
         self._start_calls()
         self.gate = Gate(opts.max_conns, opts.max_conns_per_peer, self._peer_check)
 

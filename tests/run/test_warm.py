@@ -430,3 +430,11 @@ def test_nothing_of_a_call_is_left_for_the_next(hw: Harness) -> None:
     """)
     res = hw.run([str(probe)])
     assert res.warm and res.stdout == b"[]\n", res
+
+
+def test_status_shows_the_warm_interpreters_memory(hw: Harness) -> None:
+    assert hw.run([str(script(hw, "print(1)\n"))]).warm
+    text = hw.runner.status_text()
+    assert "warm: on; " in text and " MiB RSS" in text, text
+    line = next(ln for ln in text.splitlines() if ln.startswith("  /usr/bin/python3"))
+    assert " idle, " in line and float(line.split(", ")[-1].split()[0]) > 1, text

@@ -17,6 +17,7 @@
 # sends the kill before it re-raises CancelledError.
 from __future__ import annotations
 
+import ast
 import asyncio
 import importlib.util
 import logging
@@ -183,7 +184,9 @@ class Runner:
                 f"per-run cgroup: {la.cgroups}; "
                 f"no ptrace in a run (seccomp): {'yes' if la.seccomp else 'no'}; "
                 + (f"idmapped grants: {la.idmap}; " if self._uid else "") +
-                f"tools run as {who}")
+                f"tools run as {who}; Python tools start "
+                + ("warm (a fork of a warm interpreter)" if self.config.warm else
+                   "cold (--no-warm)"))
 
     def check(self) -> None:
         """Prove the scratch base ours now (trusted.open_dir); raises trusted.Untrusted."""
@@ -325,18 +328,31 @@ class Runner:
             self._warm_said.add(key)
             log.warning("%s", text)
 
-    def warm_figures(self) -> tuple[int, int]:
-        """(idle warm interpreters, their RSS in KiB)."""
-        pids = self.launcher.warm_pids()
-        rss = 0
-        for _kind, pid in pids:
+    def status_text(self) -> str:
+        """The server's /status: runs, idle inits, and the warm interpreters' memory."""
+        la = self.launcher
+        rss: dict[str, list[int]] = {}
+        for kind, pid in la.warm_pids():
             try:
                 with open(f"/proc/{pid}/status") as f:
-                    rss += next((int(line.split()[1]) for line in f
-                                 if line.startswith("VmRSS:")), 0)
+                    kib = next((int(line.split()[1]) for line in f
+                                if line.startswith("VmRSS:")), 0)
             except (OSError, ValueError):
-                pass
-        return len(pids), rss
+                continue
+            rss.setdefault(kind, []).append(kib)
+        every = [k for v in rss.values() for k in v]
+        lines = [f"runs: {len(la._handles)} running",
+                 f"inits: {len(la._spares)} idle",
+                 f"warm: {'on' if self.config.warm else 'off (--no-warm)'}; {len(every)} "
+                 f"idle, {sum(every) / 1024:.1f} MiB RSS"
+                 + (f" (largest {max(every) / 1024:.1f} MiB)" if every else "")
+                 + f"; {la.warm_started} made warm, {la.warm_lost} found dead"]
+        for kind, kibs in sorted(rss.items()):
+            python, boot, uid = ast.literal_eval(kind)[:3]
+            lines.append(f"  {python} ({' '.join(f'{k}={v}' for k, v in boot) or 'no env'}"
+                         f"{f', uid {uid}' if uid is not None else ''}): {len(kibs)} idle, "
+                         f"{sum(kibs) / 1024:.1f} MiB RSS")
+        return "\n".join(lines) + "\n"
 
     async def _refusal(self, req: RunRequest) -> str | None:
         if req.elevated:

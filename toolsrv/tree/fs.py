@@ -35,7 +35,7 @@ class ToolsrvFS:
     """Builds the tree and answers Tattach with its root."""
 
     def __init__(self, registry: Any, store: SessionStore, *, revwait_timeout: float = 60.0,
-                 agent_files: Any = None) -> None:
+                 agent_files: Any = None, status: Any = None) -> None:
         self.registry = registry
         self.store = store
         self.revwait_timeout = revwait_timeout
@@ -50,6 +50,9 @@ class ToolsrvFS:
             Dir_("tools", self.q("tools"), r, self._tools_entries),
             SessionRoot("session", self.q("session"), r, self),
         ]
+        if status is not None:  # the runner's figures (toolsrv/run/runner.py, status_text)
+            self._fixed.append(TextFile("status", self.q("status"), r,
+                                        lambda: status().encode()))
         store.on_remove_agent.append(self._forget_agent)
 
     def q(self, *key: Any) -> int:
