@@ -438,3 +438,17 @@ def test_status_shows_the_warm_interpreters_memory(hw: Harness) -> None:
     assert "warm: on; " in text and " MiB RSS" in text, text
     line = next(ln for ln in text.splitlines() if ln.startswith("  /usr/bin/python3"))
     assert " idle, " in line and float(line.split(", ")[-1].split()[0]) > 1, text
+
+
+def test_a_warm_interpreter_has_no_capabilities_and_the_tools_uid(hw: Harness) -> None:
+    assert hw.run([str(script(hw, "print(1)\n"))]).warm
+    pids = _warm_init_pids(hw)
+    assert pids
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as f:
+            st = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+        for cap in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
+            assert int(st[cap], 16) == 0, (cap, st[cap])
+        uid = hw.uid[0] if hw.uid else os.getuid()
+        assert st["Uid"].split() == [str(uid)] * 4
+        assert st["NSpid"].split()[-1] == "1"  # pid 1 of its own namespace

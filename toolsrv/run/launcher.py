@@ -38,6 +38,7 @@ import asyncio
 import collections
 import itertools
 import json
+import logging
 import mmap
 import os
 import select
@@ -49,6 +50,8 @@ import sys
 from toolsrv.run.cgroups import RunGroups
 from toolsrv.run.fdpass import recv_into
 from toolsrv.run.handle import LaunchHandle, _Spare
+
+log = logging.getLogger("toolsrv.warm")
 
 MAX_PACKET = 1 << 20
 PING_EVERY = 2.0  # seconds between pings while runs wait on the zygote
@@ -266,8 +269,12 @@ class Launcher:
             data, sent = self._warm_request(msg, init.known, blob)
             try:
                 socket.send_fds(init.sock, [data], fds)
-            except OSError:  # it died while idle: the next one, or a new one
+            except OSError as e:  # it died while idle: the next one, or a new one
                 self.warm_lost += 1
+                log.warning("a warm interpreter (%s, pid %s) was found dead while idle "
+                            "(%s): killed or crashed; the call goes to another",
+                            kind.split(",")[0].strip("('"), init.pid() or "gone",
+                            e.strerror or e)
                 init.close()
                 continue
             if sent is not None:

@@ -249,6 +249,9 @@ class Runner:
                 self._later(self._reap_then_remove(handle, tmpdir))
                 raise
             res.warm = handle.warm is not None and handle.warm_failed is None
+            if res.warm and res.error and "warm interpreter ended" in res.error:
+                log.warning("the warm interpreter of %s ended during a call (killed or "
+                            "crashed); the next call starts another", req.argv[0])
             if res.warm and handle.magic and warm is not None:
                 self._magic[warm[0]] = handle.magic
             if handle.warm_failed is None or warm is None or res.stdout or res.stderr:
