@@ -130,12 +130,14 @@ def test_args_not_an_object_is_an_mcp_error_and_the_server_serves_on(server):
             "clientInfo": {"name": "raw", "version": "0"}}})
         assert "result" in raw_reply(p, 1)
         raw_rpc(p, {"jsonrpc": "2.0", "method": "notifications/initialized"})
-        for i, bad in enumerate(([1, 2], "text", 7), start=2):
+        for i, (bad, what) in enumerate((([1, 2], "an array"), ("text", "a string"),
+                                         (7, "a number")), start=2):
             raw_rpc(p, {"jsonrpc": "2.0", "id": i, "method": "tools/call",
                         "params": {"name": "echo", "arguments": bad}})
             r = raw_reply(p, i)
             assert r["error"]["code"] == -32602, r
-            assert r["error"]["message"], r
+            assert r["error"]["message"] == (f"invalid arguments for 'echo': they must be an "
+                                             f"object of the tool's parameters, not {what}")
         raw_rpc(p, {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
                     "params": {"name": "echo", "arguments": {"ok": True}}})
         r = raw_reply(p, 9)

@@ -94,6 +94,8 @@ class Wiring:
             seat = self.face.seat("mcp", self.pid)
             self.conns[id(conn)] = (conn, seat)
             conn.exit_stack.push_async_callback(self._gone, id(conn))
+        if ctx.method == "tools/call" and isinstance(ctx.params, dict):
+            _check_arguments(ctx.params)
         return await call_next(ctx)
 
     async def _gone(self, key: int) -> None:
@@ -142,6 +144,21 @@ class Wiring:
         except Unknown as e:
             raise MCPError(types.INVALID_PARAMS, str(e)) from None
         return _result(res)
+
+
+_JSON_TYPES = {list: "an array", str: "a string", bool: "a boolean", int: "a number",
+               float: "a number", type(None): "null"}
+
+
+def _check_arguments(params: dict[str, Any]) -> None:
+    """tools/call arguments that are not an object: an error that says so (the SDK's own
+    check, which comes after, answers only "Invalid request parameters")."""
+    args = params.get("arguments")
+    if "arguments" in params and args is not None and not isinstance(args, dict):
+        name = params.get("name")
+        raise MCPError(types.INVALID_PARAMS, f"invalid arguments for {name!r}: they must be "
+                       f"an object of the tool's parameters, not "
+                       f"{_JSON_TYPES.get(type(args), type(args).__name__)}")
 
 
 def _result(res: dict[str, Any]) -> types.CallToolResult:
