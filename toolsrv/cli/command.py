@@ -300,6 +300,7 @@ MCP_MISSING = ("toolsrv mcp: the MCP SDK is not installed (it is needed by this 
 def mcp_verb(args: Any) -> int:
     """`toolsrv mcp`: the MCP face (toolsrv/mcp/); the SDK is imported there alone."""
     try:
+        from ..mcp import server  # noqa: F401  (the SDK: missing, or a 1.x without mcp_types)
         from ..mcp.run import mcp_main
     except ImportError as e:
         print(f"{MCP_MISSING} ({e})", file=sys.stderr)

@@ -280,11 +280,13 @@ class NineP(asyncio.Protocol):
                     walked = (not isinstance(replies[0], Exception)
                               and len(replies[0].wqid) == len(names))
             walk, opened, wrote, first = replies
+            if isinstance(walk, Exception):
+                raise walk
+            if len(walk.wqid) != len(names):     # the rest failed for want of the fid
+                raise NinePError(f"{path}: file not found")
             for r in replies:
                 if isinstance(r, Exception):
                     raise r
-            if len(walk.wqid) != len(names):
-                raise NinePError(f"{path}: file not found")
             if wrote.count < len(data):
                 await self._write_all_from(fid, data, wrote.count)
                 return await self._read_all(fid)

@@ -8,10 +8,10 @@ in a private temporary directory, which the face then dials like any other: one 
 path, the tree's files, whichever server it is.  Any other failure to connect (a uid
 refused, a bad secret) is an error, not a reason to serve alone.
 
-Order (stdio): the SDK's stdio_server first (it points fd 0 and 1 away from the pipes
-for the life of the server, so the launcher and tools started later never hold them),
-then the dial or the local server, then the watcher (revwait) beside the SDK's serving
-loop.  When the client closes stdin, or on SIGTERM/SIGINT, the loop ends, each
+Order: the dial or the local server first (a failure is a message on stderr and exit
+1, before any MCP is spoken; the local server's launcher has its own stdin and stdout,
+/dev/null), then the SDK's stdio_server (it points fd 0 and 1 away from the pipes while
+it serves), then the watcher (revwait) beside the SDK's serving loop.  When the client closes stdin, or on SIGTERM/SIGINT, the loop ends, each
 connection's teardown removes its seat, and the local server, if any, stops.
 """
 from __future__ import annotations
@@ -79,11 +79,20 @@ def mcp_main(args: Any) -> int:
 
 
 async def _main(args: Any, http: tuple[str, int, bytes | None] | None) -> int:
+    try:
+        nine, addr, local = await _connect(args)
+    except (OSError, NinePError, ValueError) as e:
+        where = args.addr or str(dial.default_addr())
+        print(f"toolsrv mcp: cannot connect to {where}: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:                       # the local server did not start
+        print(f"toolsrv mcp: cannot serve in process: {e}", file=sys.stderr)
+        return 1
     if http is not None:
-        return await _serve(args, None, http)
+        return await _serve(args, (nine, addr, local), None, http)
     from mcp.server.stdio import stdio_server
     async with stdio_server() as streams:
-        return await _serve(args, streams, None)
+        return await _serve(args, (nine, addr, local), streams, None)
 
 
 async def _connect(args: Any) -> tuple[NineP, str, Local | None]:
@@ -105,18 +114,10 @@ async def _connect(args: Any) -> tuple[NineP, str, Local | None]:
         raise
 
 
-async def _serve(args: Any, streams: Any, http: tuple[str, int, bytes | None] | None
-                 ) -> int:
+async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
+                 http: tuple[str, int, bytes | None] | None) -> int:
     from .server import Wiring
-    try:
-        nine, addr, local = await _connect(args)
-    except (OSError, NinePError, ValueError) as e:
-        where = args.addr or str(dial.default_addr())
-        print(f"toolsrv mcp: cannot connect to {where}: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:                       # the local server did not start
-        print(f"toolsrv mcp: cannot serve in process: {e}", file=sys.stderr)
-        return 1
+    nine, addr, local = got
 
     async def redial() -> NineP:
         return await NineP.connect(addr)
