@@ -147,6 +147,7 @@ class Face:
         self.nine: NineP | None = None
         self._dialling = asyncio.Lock()
         self._listing: tuple[int, dict[str, Tool]] | None = None
+        self._watching: int | None = None   # the revision the watcher's revwait waits on
         self.seats: set[Seat] = set()
         self._serial = 0
 
@@ -174,8 +175,13 @@ class Face:
     async def revision(self) -> int:
         return int((await (await self.conn()).read("revision")).strip() or 0)
 
-    async def registry(self) -> dict[str, Tool]:
-        """Every visible tool (narrowed by --tools), read again when the revision moved."""
+    async def registry(self, fresh: bool = False) -> dict[str, Tool]:
+        """Every visible tool (narrowed by --tools), read again when the revision moved.
+        While the watcher waits on revwait for the revision the listing was read at, the
+        listing is current without asking (the watcher drops it when the revision moves);
+        otherwise, or when `fresh`, `revision` is read first."""
+        if not fresh and self._listing is not None and self._listing[0] == self._watching:
+            return self._listing[1]
         rev = await self.revision()
         if self._listing is not None and self._listing[0] == rev:
             return self._listing[1]
@@ -269,7 +275,7 @@ class Face:
             return error_result(str(e))
 
     async def _call(self, seat: Seat, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        if name not in await self.registry():
+        if name not in await self.registry() and name not in await self.registry(fresh=True):
             raise Unknown(f"unknown tool: {name}" + (
                 " (search_tools finds the tools)" if self.search else
                 " (tools/list lists the tools)"))
@@ -345,8 +351,12 @@ class Face:
             try:
                 if rev is None:
                     rev = await self.revision()
-                new = int((await (await self.conn()).rdwr("revwait", str(rev).encode())
-                           ).strip() or 0)
+                nine = await self.conn()
+                self._watching = rev
+                try:
+                    new = int((await nine.rdwr("revwait", str(rev).encode())).strip() or 0)
+                finally:
+                    self._watching = None
             except (Unavailable, ConnectionError, NinePError, ValueError):
                 rev = None
                 await asyncio.sleep(1)       # dialled again on the next turn

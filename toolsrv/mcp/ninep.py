@@ -49,6 +49,7 @@ class NineP(asyncio.Protocol):
         self._free_fids: list[int] = []
         self._next_fid = 1
         self.dead: BaseException | None = None
+        self._later: list[bytes] = []       # clunks not yet written (clunk_nowait)
         self.lost = asyncio.get_running_loop().create_future()   # set when it hangs up
 
     # -- the connection --
@@ -140,7 +141,8 @@ class NineP(asyncio.Protocol):
             raise ConnectionError(str(self.dead))
         if len(self._free_tags) < len(makers):
             raise ConnectionError("too many requests in flight")
-        loop, out, data = asyncio.get_running_loop(), [], []
+        loop, out, data = asyncio.get_running_loop(), [], self._later
+        self._later = []
         for make in makers:
             t = self._free_tags.pop() if tag is None else tag
             f: asyncio.Future[Any] = loop.create_future()
@@ -195,12 +197,24 @@ class NineP(asyncio.Protocol):
         return self._next_fid
 
     def clunk_nowait(self, fid: int) -> None:
-        """Clunk without waiting: the server forgets the fid whatever it answers."""
-        try:
-            tag, f = self._send(lambda t: Tclunk(t, fid))
-        except ConnectionError:
+        """Clunk without waiting: the server forgets the fid whatever it answers.  The
+        Tclunk is written with the next request, or once this turn of the loop ends,
+        whichever comes first: a call's answer goes back to the MCP client before the
+        clunk costs a write (and a wake-up of the server)."""
+        if self.dead is not None or not self._free_tags:
             return
+        tag = self._free_tags.pop()
+        f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[tag] = f
         f.add_done_callback(lambda _: self._free_fids.append(fid))
+        if not self._later:
+            asyncio.get_running_loop().call_soon(self._write_later)
+        self._later.append(encode(Tclunk(tag, fid)))
+
+    def _write_later(self) -> None:
+        data, self._later = self._later, []
+        if data and self.dead is None:
+            self.transport.write(b"".join(data))
 
     async def walk(self, path: str) -> int:
         names = tuple(p for p in path.split("/") if p not in ("", "."))
@@ -236,12 +250,52 @@ class NineP(asyncio.Protocol):
 
     # -- the verbs the face uses --
     async def read(self, path: str) -> bytes:
-        fid = await self.walk(path)
+        """A whole file: walk, open and the first read in one write (one round trip for
+        a file shorter than a read), then reads to the end."""
+        names = tuple(p for p in path.split("/") if p not in ("", "."))
+        if len(names) > MAXWELEM:
+            raise NinePError(f"{path}: too deep for one walk")
+        chunk, fid = self.msize - IOHDRSZ, self.newfid()
+        sent = self._send_many([lambda t: Twalk(t, 0, fid, names),
+                                lambda t: Topen(t, fid, OREAD),
+                                lambda t: Tread(t, fid, 0, chunk)])
+        walked: bool | None = None      # unknown until the walk's reply: clunk then
         try:
-            await self.rpc(Topen(0, fid, OREAD))
-            return await self._read_all(fid)
+            replies = await self._replies(sent)
+            walk, opened, first = replies
+            if isinstance(walk, Exception):
+                walked = False
+                raise walk
+            walked = len(walk.wqid) == len(names)
+            if not walked:
+                raise NinePError(f"{path}: file not found")
+            for r in replies:
+                if isinstance(r, Exception):
+                    raise r
+            if len(first.data) < chunk:
+                return bytes(first.data)
+            return bytes(first.data) + await self._read_all(fid, len(first.data))
         finally:
-            self.clunk_nowait(fid)
+            if walked is False:
+                self._free_fids.append(fid)    # the server made no fid
+            else:
+                self.clunk_nowait(fid)
+
+    async def _replies(self, sent: list[tuple[int, asyncio.Future[Any]]]) -> list[Any]:
+        """Every reply of a pipelined send, in order, an Rerror as a NinePError; when
+        cancelled, the requests not yet answered are flushed (and their fid clunked by
+        the caller's finally, which cannot know the walk's outcome: it clunks)."""
+        out: list[Any] = []
+        for i, (tag, f) in enumerate(sent):
+            try:
+                out.append(await self._wait(tag, f))
+            except NinePError as e:
+                out.append(e)
+            except asyncio.CancelledError:
+                for t2, f2 in sent[i + 1:]:
+                    self.flush(t2, f2)
+                raise
+        return out
 
     async def write(self, path: str, data: bytes) -> None:
         fid = await self.walk(path)
