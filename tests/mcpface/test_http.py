@@ -156,6 +156,15 @@ def test_http_is_loopback_only_unless_told(argv, why):
     assert why in p.stderr
 
 
+def test_a_port_in_use_is_a_clear_error(face):
+    port = face.url.rsplit(":", 1)[1].split("/")[0]
+    p = subprocess.run([*FACE, "-a", "unix!/nonexistent/toolsrv", "--http", f"127.0.0.1:{port}"],
+                       env=env(), capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 1
+    assert f"toolsrv mcp: cannot listen on 127.0.0.1:{port}" in p.stderr
+
+
 def test_a_token_file_readable_by_others_is_refused(tmp_path):
     path, _ = token_file(str(tmp_path))
     os.chmod(path, 0o644)

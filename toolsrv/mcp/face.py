@@ -220,8 +220,10 @@ class Face:
         nine = await self.conn()
         if self.session:
             seat.session = self.session
-            if await nine.mkdir(f"session/{seat.session}") and self.cwd:
-                await nine.write(f"session/{seat.session}/cwd", self.cwd.encode())
+            made = await nine.mkdir(f"session/{seat.session}")
+            cwd = self.cwd or (_here() if made else None)   # as `toolsrv call` does
+            if cwd:
+                await nine.write(f"session/{seat.session}/cwd", cwd.encode())
         else:
             for n in range(1, 100):
                 seat.session = f"{seat.client}-{seat.pid}" + (f"-{n}" if n > 1 else "")
@@ -273,6 +275,8 @@ class Face:
             return await self._call(seat, name, args)
         except Unavailable as e:
             return error_result(str(e))
+        except ConnectionError as e:     # hung up mid-way: dialled again on the next call
+            return error_result(f"toolsrv at {self.where} hung up: {e}")
 
     async def _call(self, seat: Seat, name: str, args: dict[str, Any]) -> dict[str, Any]:
         if name not in await self.registry() and name not in await self.registry(fresh=True):
@@ -319,7 +323,9 @@ class Face:
         limit = args.get("limit", SEARCH_LIMIT)
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100:
             return error_result("search_tools: limit is a whole number from 1 to 100")
-        need = " ".join(args["need"].split())
+        need = " ".join(args["need"].split())         # one line: the protocol's need
+        if not need:
+            return error_result("search_tools: give the need in words (a string)")
         try:
             nine = await self.conn()
             out = await nine.rdwr("tools/search", f"limit {limit}\n{need}".encode())

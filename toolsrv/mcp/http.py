@@ -107,11 +107,12 @@ def bind(host: str, port: int) -> socket.socket:
     return s
 
 
-async def serve_http(wiring: Wiring, host: str, port: int, token: bytes | None) -> None:
-    """Serve until uvicorn is told to stop (SIGINT, SIGTERM) or the task is cancelled."""
+async def serve_http(wiring: Wiring, sock: socket.socket, token: bytes | None) -> None:
+    """Serve on the bound `sock` until uvicorn is told to stop (SIGINT, SIGTERM) or the
+    task is cancelled."""
     import uvicorn
+    host = sock.getsockname()[0]
     app = wiring.server.streamable_http_app(streamable_http_path="/mcp", host=host)
-    sock = bind(host, port)
     shown = f"[{host}]" if ":" in host else host
     print(f"toolsrv mcp: streamable HTTP on http://{shown}:{sock.getsockname()[1]}/mcp"
           + (" (bearer token required)" if token else

@@ -62,13 +62,18 @@ def mcp_main(args: Any) -> int:
                         format="toolsrv: %(message)s", stream=sys.stderr)
     http = None
     if args.http:
-        from .http import BadListen, check_listen, parse_hostport
+        from .http import BadListen, bind, check_listen, parse_hostport
         try:
             host, port = parse_hostport(args.http)
-            http = (host, port, check_listen(host, args.listen_any, args.token_file))
+            token = check_listen(host, args.listen_any, args.token_file)
         except (BadListen, OSError, ValueError) as e:
             print(f"toolsrv mcp: {e}", file=sys.stderr)
             return 2
+        try:
+            http = (bind(host, port), token)
+        except OSError as e:
+            print(f"toolsrv mcp: cannot listen on {args.http}: {e}", file=sys.stderr)
+            return 1
     elif args.listen_any or args.token_file:
         print("toolsrv mcp: --listen-any and --token-file go with --http", file=sys.stderr)
         return 2
@@ -78,7 +83,7 @@ def mcp_main(args: Any) -> int:
         return 130
 
 
-async def _main(args: Any, http: tuple[str, int, bytes | None] | None) -> int:
+async def _main(args: Any, http: tuple[Any, bytes | None] | None) -> int:
     try:
         nine, addr, local = await _connect(args)
     except (OSError, NinePError, ValueError) as e:
@@ -115,7 +120,7 @@ async def _connect(args: Any) -> tuple[NineP, str, Local | None]:
 
 
 async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
-                 http: tuple[str, int, bytes | None] | None) -> int:
+                 http: tuple[Any, bytes | None] | None) -> int:
     from .server import Wiring
     nine, addr, local = got
 
