@@ -115,7 +115,7 @@ async def run(opts: Any) -> list[dict]:
     rows: list[dict] = []
     srv = ToolsrvProcess(tools).start()
     try:
-        from .mcp_bench import echo_call, mcp_session
+        from .mcp_bench import echo_call, mcp_session, noop_call
     except ImportError:
         srv.stop()
         return [row(B, "sandboxed sh echo call through toolsrv mcp", "ms", None,
@@ -132,10 +132,22 @@ async def run(opts: Any) -> list[dict]:
                     if r.is_error:
                         raise RuntimeError(f"toolsrv mcp echo failed: {r}")
                 return call
+            from toolsrv.mcp.ninep import NineP
+            nine = await NineP.connect(srv.addr)
+            await nine.mkdir("session/bench")
+            await nine.mkdir("session/bench/agent/a")
+            await nine.rdwr("session/bench/agent/a/ctl", b"tool_load echo")
+
+            async def rdwr() -> None:
+                if await nine.rdwr("session/bench/agent/a/tools/echo/call", PAYLOAD) != PAYLOAD:
+                    raise RuntimeError("rdwr of echo failed")
             got = await windows({"face": through(face), "alone": through(alone),
-                                 "sdk": lambda: echo_call(sdk)},
+                                 "sdk": lambda: echo_call(sdk), "rdwr": rdwr,
+                                 "noop": lambda: noop_call(sdk)},
                                 rounds=5, per=20 if q else 100)
+            nine.close()
             L = {k: lat(v) for k, v in got.items()}
+            parts = {k: L["rdwr"][k] + L["noop"][k] for k in ("median", "p99")}
             rows.append(row(B, "sandboxed sh echo call through toolsrv mcp (stdio)", "ms",
                             L["face"], "MCP SDK server, same tool unsandboxed", L["sdk"],
                             "<= 1.1x", L["face"]["median"] <= 1.1 * L["sdk"]["median"],
@@ -148,6 +160,13 @@ async def run(opts: Any) -> list[dict]:
                             "nothing answered at its address: the face serves the registry "
                             "in its own process and is a 9P client of it over a private "
                             "socket"))
+            rows.append(row(B, "sandboxed sh echo call through toolsrv mcp (stdio)", "ms",
+                            L["face"], "its parts: 9P rdwr of the echo + MCP SDK no-op", parts,
+                            "informative", None,
+                            f"the parts measured alone in this run: the sandboxed rdwr "
+                            f"{L['rdwr']['median']:.2f} ms and the SDK's no-op call "
+                            f"{L['noop']['median']:.2f} ms (medians); near 1x, the face adds "
+                            "little of its own"))
             note, direct = await list_changed(face, srv, tools, 5 if q else 20)
             ln, ld = lat(note), lat(direct)
             rows.append(row(B, "list_changed after a .meta change", "ms", ln,

@@ -243,3 +243,20 @@ def test_list_changed_after_a_meta_change():
     finally:
         stop_clean(app)
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_content_that_is_not_mcp_content_comes_back_as_text():
+    d = tools_dir()
+    out = '{"content": [{"type": "nonsense", "x": 1}]}'
+    add_tool(d, "odd", f"#!/bin/sh\nprintf '%s' '{out}'\n")
+    app = AppThread([d]).start()
+
+    async def go():
+        async with stdio_face("-a", app.addr) as s:
+            return await s.call_tool("odd", {})
+    try:
+        r = anyio.run(go)
+        assert r.is_error is False and text(r) == out
+    finally:
+        stop_clean(app)
+        shutil.rmtree(d, ignore_errors=True)
