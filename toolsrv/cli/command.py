@@ -109,6 +109,8 @@ def _mcp_parser(m: argparse.ArgumentParser) -> None:
                    "`Authorization: Bearer <its text>`; a mode-600 file of at least 16 bytes")
     m.add_argument("--no-standalone", action="store_true", help="fail when nothing answers "
                    "at ADDR instead of serving in process")
+    m.add_argument("--uvloop", action="store_true", help="run on uvloop (pip install "
+                   "'toolsrv[fast]'; also TOOLSRV_UVLOOP=1)")
     m.add_argument("-v", dest="verbose", action="store_true", help="log more")
 
 

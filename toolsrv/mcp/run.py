@@ -77,8 +77,16 @@ def mcp_main(args: Any) -> int:
     elif args.listen_any or args.token_file:
         print("toolsrv mcp: --listen-any and --token-file go with --http", file=sys.stderr)
         return 2
+    options = {}
+    if getattr(args, "uvloop", False) or os.environ.get("TOOLSRV_UVLOOP", "") not in ("", "0"):
+        try:
+            import uvloop  # noqa: F401
+            options["use_uvloop"] = True
+        except ImportError:
+            print("toolsrv mcp: uvloop is not installed (pip install 'toolsrv[fast]'): "
+                  "using asyncio's own loop", file=sys.stderr)
     try:
-        return anyio.run(_main, args, http)
+        return anyio.run(_main, args, http, backend_options=options)
     except KeyboardInterrupt:
         return 130
 
