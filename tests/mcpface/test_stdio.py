@@ -260,3 +260,23 @@ def test_content_that_is_not_mcp_content_comes_back_as_text():
     finally:
         stop_clean(app)
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_timeout_is_an_error_result_and_the_run_is_gone():
+    d = face_tools()
+    app = AppThread([d], timeout=1.0).start()
+    marker = f"600.{uuid.uuid4().int % 10**9:09d}"
+
+    async def go():
+        async with stdio_face("-a", app.addr) as s:
+            return await s.call_tool("marked", {"s": marker})
+    try:
+        r = anyio.run(go)
+        assert r.is_error is True
+        first, _, logline = text(r).partition("\nlog: ")
+        assert first.startswith("timeout after 1"), first
+        assert "call marked -> timeout" in logline
+        assert wait_for(lambda: processes_with(marker) == [])
+    finally:
+        stop_clean(app)
+        shutil.rmtree(d, ignore_errors=True)
