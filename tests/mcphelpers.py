@@ -19,7 +19,7 @@ import mcp_types as types
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from apphelpers import add_tool, tools_dir
+from apphelpers import add_tool, tools_dir  # noqa: F401  (add_tool: for the tests too)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FACE = [sys.executable, "-m", "toolsrv", "mcp"]

@@ -137,7 +137,7 @@ class Wiring:
         return types.ListToolsResult.model_validate({"tools": [t.wire() for t in tools]})
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams
-                        ) -> types.CallToolResult | dict[str, Any]:
+                        ) -> types.CallToolResult:
         args = params.arguments if params.arguments is not None else {}
         try:
             res = await self.face.call(self.seat_of(ctx), params.name, args)
@@ -161,19 +161,19 @@ def _check_arguments(params: dict[str, Any]) -> None:
                        f"{_JSON_TYPES.get(type(args), type(args).__name__)}")
 
 
-def _result(res: dict[str, Any]) -> types.CallToolResult | dict[str, Any]:
-    """The face's result for the SDK: its own text results as they are (a handler may
-    answer a dict, serialized as it stands), content a tool passed through checked as
-    the SDK's type first; content that is not valid MCP content falls back to the tool's
-    output as text."""
-    if "_text" not in res:
-        return res
-    text = res.pop("_text")
+def _result(res: dict[str, Any]) -> types.CallToolResult:
+    """The face's result as the SDK's type (not a dict: the 2026-era result has fields
+    the type fills in, `resultType`); content a tool passed through that is not valid
+    MCP content falls back to the tool's output as text."""
+    text = res.pop("_text", None)
     try:
         return types.CallToolResult.model_validate(res)
     except ValueError as e:
+        if text is None:
+            raise
         log.debug("content passed through is not MCP content: %s", e)
-        return {"content": [{"type": "text", "text": text}], "isError": False}
+        return types.CallToolResult.model_validate(
+            {"content": [{"type": "text", "text": text}], "isError": False})
 
 
 def _version() -> str:
