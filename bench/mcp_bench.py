@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from typing import Any, AsyncIterator
 
 from mcp import ClientSession, StdioServerParameters  # noqa: F401  (ImportError: no mcp)
@@ -80,6 +81,23 @@ async def mcp_session(tool_path: str = "/bin/cat") -> AsyncIterator[ClientSessio
             async with ClientSession(r, w) as s:
                 await s.initialize()
                 yield s
+
+
+class NoteHandler:
+    """A ClientSession message handler that stamps when tools/list_changed arrives."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.event = asyncio.Event()
+        self.when = 0.0
+
+    async def __call__(self, message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/tools/list_changed" or \
+                type(message).__name__ == "ToolListChangedNotification":
+            self.when = time.perf_counter()
+            self.event.set()
 
 
 def server_pid_of(session: ClientSession) -> int | None:

@@ -4,8 +4,12 @@ Every module of proto/ and toolsrv/ is parsed (ast) and each of its imports, at 
 top or inside a function, absolute or relative, is resolved to the part it reaches.
 A part may import only the parts below it:
 
-    cli/  >  app  >  serve/  >  tree/  >  run/, registry/ (side by side)  >  dirs/, errors,
-    record  >  proto
+    cli/  >  mcp/  >  app  >  serve/  >  tree/  >  run/, registry/ (side by side)  >  dirs/,
+    errors, record  >  proto
+
+mcp/ (the MCP face) is a client of the tree that can also start a server in process, so
+it sits above app and below cli/, which imports it for the `mcp` verb; it alone imports
+the `mcp` SDK (checked below), so `serve` never loads it.
 
 toolsrv/__main__.py (the thin entry) and toolsrv/client.py (the client's old path) count
 as cli/.  A module also stays under about 600 lines, and a folder's __init__ imports
@@ -23,7 +27,7 @@ MAX_LINES = 600
 
 # rank of each part: an import may go to a part of lower rank, or within its own part.
 RANK = {"proto": 0, "base": 1, "run": 2, "registry": 2, "tree": 3, "serve": 4, "app": 5,
-        "cli": 6}
+        "mcp": 6, "cli": 7}
 BASE = {"toolsrv", "toolsrv.errors", "toolsrv.record"}
 TOP = {"toolsrv.app": "app", "toolsrv.__main__": "cli", "toolsrv.client": "cli"}
 
@@ -117,6 +121,30 @@ def test_the_check_sees_a_wrong_arrow(monkeypatch):
                         real(src if p == path else text, p, *a, **k))
     assert wrong_arrows() == [f"{os.path.relpath(path, REPO)}:2: run imports serve "
                               "(toolsrv.serve.server)"]
+
+
+def sdk_imports(path: str) -> list[int]:
+    """Lines of path that import the `mcp` SDK (absolute imports of `mcp` or `mcp_types`)."""
+    out = []
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        if any(n.split(".")[0] in ("mcp", "mcp_types") for n in names):
+            out.append(node.lineno)
+    return out
+
+
+def test_only_the_mcp_face_imports_the_sdk():
+    """The SDK is a dependency of `toolsrv mcp` alone: no module outside toolsrv/mcp/
+    imports it, so `serve` and the other verbs never need it."""
+    bad = [f"{mod}:{n}" for mod, path in sorted(MODULES.items())
+           if part(mod) != "mcp" for n in sdk_imports(path)]
+    assert bad == []
+    assert sdk_imports(MODULES["toolsrv.mcp.server"]), "the check sees the face's imports"
 
 
 def test_folder_inits_import_nothing():

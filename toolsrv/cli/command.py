@@ -6,6 +6,8 @@
     toolsrv sandbox check [PROFILE]      toolsrv approve [--allow TOOL...]
     toolsrv mount [MOUNTPOINT]           toolsrv umount [MOUNTPOINT]
     toolsrv import-mcp [--prefix P] [--dir DIR] [--force] -- COMMAND [ARGS...]
+    toolsrv mcp [-a ADDR] [--session ID] [--agent NAME] [--tools a,b] [--search]
+                [--http HOST:PORT [--listen-any --token-file FILE]]   (doc/mcp.md)
 
 Client verbs exit 1 with the server's error on stderr.
 """
@@ -31,7 +33,7 @@ def _addr_arg(p: argparse.ArgumentParser) -> None:
 
 
 VERBS = ("serve", "ls", "read", "write", "rdwr", "stat", "mkdir", "rm", "call", "sandbox",
-         "approve", "mount", "umount", "import-mcp")
+         "approve", "mount", "umount", "import-mcp", "mcp")
 
 
 def build_parser(only: str | None = None,
@@ -80,7 +82,37 @@ def build_parser(only: str | None = None,
     if only in (None, "umount"):
         u = sub.add_parser("umount", help="unmount a 9pfuse mount")
         u.add_argument("mountpoint", nargs="?")
+    if only in (None, "mcp"):
+        _mcp_parser(sub.add_parser("mcp", help="serve the tools to MCP clients (stdio, or "
+                                   "streamable HTTP); needs pip install 'toolsrv[mcp]'"))
     return ap
+
+
+def _mcp_parser(m: argparse.ArgumentParser) -> None:
+    m.add_argument("-a", "--addr", default=os.environ.get("TOOLSRV_ADDR"),
+                   help="the toolsrv to use (default unix!$NAMESPACE/toolsrv or "
+                   "$TOOLSRV_ADDR); when nothing answers there, one is served in process")
+    m.add_argument("--session", metavar="ID", help="use this session, made when missing and "
+                   "kept (default: one per MCP connection, named after the client and its "
+                   "pid, removed when it ends)")
+    m.add_argument("--agent", metavar="NAME", help="the agent (default: the client's name)")
+    m.add_argument("--tools", metavar="A,B,...", help="list and call only these tools")
+    m.add_argument("--search", action="store_true", help="list only search_tools (over "
+                   "tools/search) and call_tool, for large registries")
+    m.add_argument("--cwd", metavar="DIR", help="the working directory of a session made "
+                   "here (default: the current directory)")
+    m.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP at "
+                   "http://HOST:PORT/mcp instead of stdio (loopback only unless "
+                   "--listen-any)")
+    m.add_argument("--listen-any", action="store_true", help="allow a non-loopback --http "
+                   "address (needs --token-file)")
+    m.add_argument("--token-file", metavar="FILE", help="HTTP clients must send "
+                   "`Authorization: Bearer <its text>`; a mode-600 file of at least 16 bytes")
+    m.add_argument("--no-standalone", action="store_true", help="fail when nothing answers "
+                   "at ADDR instead of serving in process")
+    m.add_argument("--uvloop", action="store_true", help="run on uvloop (pip install "
+                   "'toolsrv[fast]'; also TOOLSRV_UVLOOP=1)")
+    m.add_argument("-v", dest="verbose", action="store_true", help="log more")
 
 
 class _Retry(Exception):
@@ -260,11 +292,28 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb in ("mount", "umount"):
             from .mount import mount_main
             return mount_main(args)
+        if args.verb == "mcp":
+            return mcp_verb(args)
         return client_verb(args)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 1
+
+
+MCP_MISSING = ("toolsrv mcp: the MCP SDK is not installed (it is needed by this command "
+               "only): pip install 'toolsrv[mcp]'")
+
+
+def mcp_verb(args: Any) -> int:
+    """`toolsrv mcp`: the MCP face (toolsrv/mcp/); the SDK is imported there alone."""
+    try:
+        from ..mcp import server  # noqa: F401  (the SDK: missing, or a 1.x without mcp_types)
+        from ..mcp.run import mcp_main
+    except ImportError as e:
+        print(f"{MCP_MISSING} ({e})", file=sys.stderr)
+        return 1
+    return mcp_main(args)
 
 
 def serve_options(args: Any) -> Any:

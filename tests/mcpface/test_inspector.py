@@ -1,0 +1,84 @@
+"""The MCP Inspector's CLI (`@modelcontextprotocol/inspector --cli`, from npm) against
+`toolsrv mcp` over stdio: tools/list and tools/call, an independent client.
+
+Set-up installs the Inspector with npm into a cache directory (~/.cache/toolsrv-tests,
+or $TOOLSRV_TEST_CACHE) when it is not there yet.  Version 0.15.0: the newer ones need
+node 22 or later.  Without node and npm the test is skipped, saying so."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'toolsrv[mcp]')")
+
+from apphelpers import AppThread  # noqa: E402
+from mcphelpers import face_tools  # noqa: E402
+from serverhelpers import stop_clean  # noqa: E402
+
+VERSION = "0.15.0"
+PACKAGE = f"@modelcontextprotocol/inspector@{VERSION}"
+
+
+@pytest.fixture(scope="module")
+def inspector() -> str:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        pytest.skip("node is absent (no node or npm on PATH): the MCP Inspector CLI test "
+                    "needs node 18+ and npm (apt install nodejs npm)")
+    cache = os.environ.get("TOOLSRV_TEST_CACHE") or os.path.expanduser("~/.cache/toolsrv-tests")
+    prefix = os.path.join(cache, f"inspector-{VERSION}")
+    binary = os.path.join(prefix, "node_modules", ".bin", "mcp-inspector")
+    if not os.path.exists(binary):
+        os.makedirs(prefix, exist_ok=True)
+        p = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error",
+                            "--prefix", prefix, PACKAGE], capture_output=True, text=True,
+                           timeout=900, stdin=subprocess.DEVNULL)
+        if p.returncode or not os.path.exists(binary):
+            pytest.skip(f"npm could not install {PACKAGE} (offline?): "
+                        f"{(p.stderr or p.stdout).strip()[-300:]}")
+    return binary
+
+
+@pytest.fixture(scope="module")
+def server():
+    d = face_tools()
+    app = AppThread([d]).start()
+    yield app
+    stop_clean(app)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def inspect(binary: str, addr: str, *method: str) -> dict:
+    p = subprocess.run([binary, "--cli", "-e", f"TOOLSRV_ADDR={addr}", sys.executable, "-m",
+                        "toolsrv", "mcp", *method], capture_output=True, text=True,
+                       timeout=180, cwd=tempfile.gettempdir(), stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout)
+
+
+def test_inspector_lists_the_tools(inspector, server):
+    out = inspect(inspector, server.addr, "--method", "tools/list")
+    tools = {t["name"]: t for t in out["tools"]}
+    assert {"echo", "fail", "marked", "content"} <= set(tools)
+    assert tools["fail"]["inputSchema"]["required"] == ["n"]
+    assert tools["echo"]["annotations"] == {"readOnlyHint": True}
+
+
+def test_inspector_calls_a_tool(inspector, server):
+    out = inspect(inspector, server.addr, "--method", "tools/call", "--tool-name", "echo",
+                  "--tool-arg", "a=1", "b=two")
+    assert out["isError"] is False
+    assert json.loads(out["content"][0]["text"]) == {"a": "1", "b": "two"}
+
+
+def test_inspector_sees_an_error_result(inspector, server):
+    out = inspect(inspector, server.addr, "--method", "tools/call", "--tool-name", "fail",
+                  "--tool-arg", "n=1")
+    assert out["isError"] is True
+    assert out["content"][0]["text"].startswith("exit 3 (input/output error): oops-from-fail")

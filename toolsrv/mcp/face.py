@@ -1,0 +1,413 @@
+"""The MCP face's side of the tree: what `tools/list` and `tools/call` mean in files.
+
+Theory of operation.  A `Face` is a 9P client of one toolsrv (ninep.py) and knows
+nothing of MCP's wire: server.py turns its answers into the SDK's types.  Everything it
+does is what an agent does with `rdwr`:
+
+  listing    read `revision`; when it moved since the last listing, read `tools/index`
+             and every listed tool's `tools/<name>/meta` (concurrently, one connection),
+             keep them until the revision moves again.  `--tools` narrows the listing.
+  a seat     one MCP connection's session and agent (`Seat`), made on its first call:
+             `mkdir session/<client>-<pid>` (a suffix -2, -3, ... when that exists), its
+             cwd set to the directory `toolsrv mcp` runs in (or --cwd), then
+             `mkdir .../agent/<client>`; with --session/--agent those names, made when
+             missing and reused when present.  What the face made and named itself it
+             removes when the connection ends; what it was told to use, it leaves.
+  a call     `tool_load NAME` on the agent's ctl (once per seat and tool), then an rdwr
+             of `.../tools/NAME/call` with the JSON args: the result is the read.  A
+             failure (Rerror on the write: invalid args; on the read: exit, timeout,
+             sandbox refusal, cancel) is an error result carrying the error string and
+             the agent's `log` line for that call, toolsrv's full reason.  A seat whose
+             files vanished (the session removed, a server restarted without state) is
+             made again once and the call retried.
+  cancel     the task awaiting the read is cancelled: ninep.py flushes the Tread, and
+             toolsrv kills the run's process group (toolsrv(4), Calls).
+  watch      an rdwr of `revwait` with the revision last seen, forever: each answer that
+             differs invalidates the listing and calls `changed()`.
+  search     `--search` lists two tools instead of the registry: search_tools writes the
+             need (first line `limit N`) to `tools/search` and reads back
+             `name<TAB>score<TAB>description` lines, best first; call_tool calls by name.
+
+Invariant: every error a client can cause (an unknown tool, args that are not an
+object, a tool that fails) is an `Unknown` or an error result, never an exception that
+ends the connection; a server that stops answering is an error result naming it.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from typing import Any, Awaitable, Callable
+
+from .ninep import NineP, NinePError
+
+SEARCH_TOOL, CALL_TOOL = "search_tools", "call_tool"
+SEARCH_LIMIT = 10
+
+
+class Unknown(Exception):
+    """A call of a tool this face does not serve: an MCP protocol error, not a result."""
+
+
+class Unavailable(Exception):
+    """The 9P server does not answer (hung up, and dialling again failed)."""
+
+
+class Tool:
+    """One listed tool, from tools/index and tools/<name>/meta."""
+    __slots__ = ("name", "description", "schema", "read_only", "tier")
+
+    def __init__(self, name: str, description: str, schema: dict[str, Any],
+                 read_only: bool = False, tier: str = "") -> None:
+        self.name, self.description, self.schema = name, description, schema
+        self.read_only, self.tier = read_only, tier
+
+    def wire(self) -> dict[str, Any]:
+        """The tool as MCP's tools/list spells it."""
+        out: dict[str, Any] = {"name": self.name, "description": self.description,
+                               "inputSchema": self.schema}
+        if self.read_only:
+            out["annotations"] = {"readOnlyHint": True}
+        return out
+
+
+def tool_of(name: str, meta: dict[str, Any], tier: str = "") -> Tool:
+    """A Tool from the JSON of tools/<name>/meta: its description, then its prompt (the
+    model-facing documentation) when it has one; its args schema, as an object schema."""
+    desc = str(meta.get("description") or "").strip()
+    prompt = str(meta.get("prompt") or "").strip()
+    if prompt and prompt != desc:
+        desc = f"{desc}\n\n{prompt}" if desc else prompt
+    schema = meta.get("args")
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        schema = {"type": "object", "properties": {}}    # MCP wants an object schema
+    elif "type" not in schema:
+        schema = {"type": "object", **schema}
+    return Tool(name, desc, schema, bool(meta.get("readOnly")), tier)
+
+
+SEARCH_TOOLS = [
+    Tool(SEARCH_TOOL, "Find the tools for a need, described in words. Returns the best "
+         "matching tools, best first, each with its name, score, description and "
+         "inputSchema; call one with call_tool.",
+         {"type": "object", "properties": {
+             "need": {"type": "string", "description": "what you want to do, in words"},
+             "limit": {"type": "integer", "minimum": 1, "maximum": 100,
+                       "description": f"how many tools at most (default {SEARCH_LIMIT})"}},
+          "required": ["need"]}, read_only=True),
+    Tool(CALL_TOOL, "Call a tool found with search_tools, by name, with its arguments "
+         "(an object valid against that tool's inputSchema).",
+         {"type": "object", "properties": {
+             "name": {"type": "string", "description": "the tool's name"},
+             "arguments": {"type": "object", "description": "the tool's arguments"}},
+          "required": ["name"]}),
+]
+
+_NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def clean_name(s: str, fallback: str = "mcp") -> str:
+    """A client's name made a toolsrv name: runs of other characters become `-`, at
+    most 64 characters, never `.`, `..` or empty."""
+    s = _NAME_BAD.sub("-", s).strip(".-")[:64].strip(".-")
+    return s or fallback
+
+
+class Seat:
+    """One MCP connection's place in the tree: a session and an agent."""
+
+    def __init__(self, client: str, pid: str) -> None:
+        self.client, self.pid = client, pid
+        self.session = ""
+        self.agent = ""
+        self.own_session = False     # made and named here: removed at the end
+        self.own_agent = False
+        self.loaded: set[str] = set()
+        self.ready = False
+        self.lock = asyncio.Lock()
+
+    @property
+    def base(self) -> str:
+        return f"session/{self.session}/agent/{self.agent}"
+
+
+class Face:
+    """toolsrv's tree seen as MCP tools (see the module's comment)."""
+
+    def __init__(self, dial: Callable[[], Awaitable[NineP]], *, only: list[str] | None = None,
+                 search: bool = False, session: str | None = None, agent: str | None = None,
+                 cwd: str | None = None, where: str = "toolsrv") -> None:
+        self._dial = dial
+        self.where = where                      # the address, for error messages
+        self.only = set(only) if only else None
+        self.search = search
+        self.session, self.agent = session, agent
+        self.cwd = cwd
+        self.nine: NineP | None = None
+        self._dialling = asyncio.Lock()
+        self._listing: tuple[int, dict[str, Tool]] | None = None
+        self._watching: int | None = None   # the revision the watcher's revwait waits on
+        self.seats: set[Seat] = set()
+        self._serial = 0
+
+    # -- the connection --
+    async def conn(self) -> NineP:
+        """The 9P connection, dialled again when the last one hung up."""
+        if self.nine is not None and self.nine.alive:
+            return self.nine
+        async with self._dialling:
+            if self.nine is None or not self.nine.alive:
+                try:
+                    self.nine = await self._dial()
+                except (OSError, NinePError) as e:
+                    raise Unavailable(f"toolsrv at {self.where} does not answer: {e}") from None
+        return self.nine
+
+    async def close(self) -> None:
+        """Remove the seats this face made, then hang up."""
+        for seat in list(self.seats):
+            await self.release(seat)
+        if self.nine is not None:
+            self.nine.close()
+
+    # -- listing --
+    async def revision(self) -> int:
+        return int((await (await self.conn()).read("revision")).strip() or 0)
+
+    async def registry(self, fresh: bool = False) -> dict[str, Tool]:
+        """Every visible tool (narrowed by --tools), read again when the revision moved.
+        While the watcher waits on revwait for the revision the listing was read at, the
+        listing is current without asking (the watcher drops it when the revision moves);
+        otherwise, or when `fresh`, `revision` is read first."""
+        if not fresh and self._listing is not None and self._listing[0] == self._watching:
+            return self._listing[1]
+        rev = await self.revision()
+        if self._listing is not None and self._listing[0] == rev:
+            return self._listing[1]
+        nine = await self.conn()
+        index = (await nine.read("tools/index")).decode(errors="replace")
+        rows = [line.split("\t") for line in index.splitlines() if line.strip()]
+        rows = [r for r in rows if self.only is None or r[0] in self.only]
+
+        async def one(row: list[str]) -> Tool | None:
+            try:
+                meta = json.loads(await nine.read(f"tools/{row[0]}/meta"))
+            except (NinePError, ValueError):
+                return None                  # gone since the index was read
+            return tool_of(row[0], meta, row[1] if len(row) > 1 else "")
+        tools = {t.name: t for t in await asyncio.gather(*map(one, rows)) if t is not None}
+        self._listing = (rev, tools)
+        return tools
+
+    async def listing(self) -> list[Tool]:
+        """What tools/list answers."""
+        if self.search:
+            return SEARCH_TOOLS
+        return list((await self.registry()).values())
+
+    # -- seats --
+    def seat(self, client: str, pid: str | None = None) -> Seat:
+        """A new seat for a connection of `client` (made in the tree on its first call)."""
+        if pid is None:
+            self._serial += 1
+            pid = f"{os.getpid()}-{self._serial}"
+        s = Seat(clean_name(client), pid)
+        self.seats.add(s)
+        return s
+
+    async def _make(self, seat: Seat) -> None:
+        nine = await self.conn()
+        if self.session:
+            seat.session = self.session
+            made = await nine.mkdir(f"session/{seat.session}")
+            cwd = self.cwd or (_here() if made else None)   # as `toolsrv call` does
+            if cwd:
+                await nine.write(f"session/{seat.session}/cwd", cwd.encode())
+        else:
+            for n in range(1, 100):
+                seat.session = f"{seat.client}-{seat.pid}" + (f"-{n}" if n > 1 else "")
+                if await nine.mkdir(f"session/{seat.session}"):
+                    seat.own_session = True
+                    break
+            else:
+                raise NinePError(f"session/{seat.client}-{seat.pid}: all names in use")
+            cwd = self.cwd or _here()
+            if cwd:
+                try:
+                    await nine.write(f"session/{seat.session}/cwd", cwd.encode())
+                except NinePError:
+                    pass        # not a directory the server sees: its private cwd stays
+        seat.agent = self.agent or seat.client
+        made = await nine.mkdir(f"session/{seat.session}/agent/{seat.agent}")
+        seat.own_agent = made and not self.agent
+        seat.loaded.clear()
+        seat.ready = True
+
+    async def release(self, seat: Seat) -> None:
+        """The connection of `seat` ended: remove what was made for it."""
+        self.seats.discard(seat)
+        if not seat.ready or self.nine is None or not self.nine.alive:
+            return
+        seat.ready = False
+        path = (f"session/{seat.session}" if seat.own_session else
+                seat.base if seat.own_agent else None)
+        if path:
+            try:
+                await self.nine.remove(path)
+            except (NinePError, ConnectionError):
+                pass
+
+    # -- calls --
+    async def call(self, seat: Seat, name: str, args: Any) -> dict[str, Any]:
+        """tools/call: a result dict (content, isError); Unknown for a tool not served."""
+        if self.search and name == SEARCH_TOOL:
+            return await self._search(args)
+        if self.search and name == CALL_TOOL:
+            if not isinstance(args, dict) or not isinstance(args.get("name"), str):
+                return error_result("call_tool: give the tool's name (a string) and its "
+                                    "arguments (an object)")
+            name, args = args["name"], args.get("arguments", {})
+        if not isinstance(args, dict):
+            return error_result(f"invalid args: {name} takes an object, not "
+                                f"{type(args).__name__}")
+        try:
+            return await self._call(seat, name, args)
+        except Unavailable as e:
+            return error_result(str(e))
+        except ConnectionError as e:     # hung up mid-way: dialled again on the next call
+            return error_result(f"toolsrv at {self.where} hung up: {e}")
+
+    async def _call(self, seat: Seat, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        if name not in await self.registry() and name not in await self.registry(fresh=True):
+            raise Unknown(f"unknown tool: {name}" + (
+                " (search_tools finds the tools)" if self.search else
+                " (tools/list lists the tools)"))
+        data = json.dumps(args, ensure_ascii=False).encode()
+        for attempt in (1, 2):
+            async with seat.lock:
+                if not seat.ready:
+                    await self._make(seat)
+            nine = await self.conn()
+            try:
+                if name not in seat.loaded:
+                    await nine.rdwr(f"{seat.base}/ctl", f"tool_load {name}".encode())
+                    seat.loaded.add(name)
+                out = await nine.rdwr(f"{seat.base}/tools/{name}/call", data)
+            except NinePError as e:
+                if "no such tool" in str(e):
+                    raise Unknown(f"unknown tool: {name} (gone from the registry)") from None
+                if "not found" in str(e) and attempt == 1:
+                    seat.ready = False          # the seat's files vanished: make it again
+                    continue
+                return error_result(str(e), await self._log_line(seat, name))
+            except ConnectionError as e:
+                return error_result(f"toolsrv at {self.where} hung up during the call: {e}")
+            return call_result(out)
+        raise AssertionError("unreachable")
+
+    async def _log_line(self, seat: Seat, name: str) -> str:
+        """The agent's last log line about a call of `name` that ended (not `started`)."""
+        try:
+            log = (await (await self.conn()).read(f"{seat.base}/log")).decode(errors="replace")
+        except (NinePError, ConnectionError, Unavailable):
+            return ""
+        for line in reversed(log.splitlines()):
+            if f" call {name} " in line and not line.endswith("-> started"):
+                return line
+        return ""
+
+    async def _search(self, args: Any) -> dict[str, Any]:
+        if not isinstance(args, dict) or not isinstance(args.get("need"), str):
+            return error_result("search_tools: give the need in words (a string)")
+        limit = args.get("limit", SEARCH_LIMIT)
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100:
+            return error_result("search_tools: limit is a whole number from 1 to 100")
+        need = " ".join(args["need"].split())         # one line: the protocol's need
+        if not need:
+            return error_result("search_tools: give the need in words (a string)")
+        try:
+            nine = await self.conn()
+            out = await nine.rdwr("tools/search", f"limit {limit}\n{need}".encode())
+            tools = await self.registry()
+        except NinePError as e:
+            if "not found" in str(e):
+                return error_result(f"search_tools: toolsrv at {self.where} has no "
+                                    "tools/search (a server without tool search): run "
+                                    "`toolsrv mcp` without --search")
+            return error_result(f"search_tools: {e}")
+        except Unavailable as e:
+            return error_result(str(e))
+        found = []
+        for line in out.decode(errors="replace").splitlines():
+            parts = line.split("\t", 2)
+            if len(parts) < 2 or parts[0] not in tools:
+                continue                     # narrowed away by --tools, or gone
+            t = tools[parts[0]]
+            found.append({"name": t.name, "score": _number(parts[1]),
+                          "description": t.description, "inputSchema": t.schema})
+        return {"content": [{"type": "text", "text": json.dumps(found, indent=1)}],
+                "isError": False}
+
+    # -- watching --
+    async def watch(self, changed: Callable[[], Awaitable[None]]) -> None:
+        """Forever: wait on revwait, and call changed() each time the registry moves."""
+        rev: int | None = None
+        while True:
+            try:
+                if rev is None:
+                    rev = await self.revision()
+                nine = await self.conn()
+                self._watching = rev
+                try:
+                    new = int((await nine.rdwr("revwait", str(rev).encode())).strip() or 0)
+                finally:
+                    self._watching = None
+            except (Unavailable, ConnectionError, NinePError, ValueError):
+                rev = None
+                await asyncio.sleep(1)       # dialled again on the next turn
+                continue
+            if new != rev:
+                rev = new
+                self._listing = None
+                await changed()
+
+
+def _here() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+def _number(s: str) -> float | str:
+    try:
+        return float(s)
+    except ValueError:
+        return s
+
+
+def error_result(why: str, log_line: str = "") -> dict[str, Any]:
+    """An isError result: toolsrv's error string, and its log line when there is one."""
+    text = why if not log_line else f"{why}\nlog: {log_line}"
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def call_result(out: bytes) -> dict[str, Any]:
+    """A tool's stdout as an MCP result: text content, or, when the output is a JSON
+    object with a `content` list, that object passed through (its content blocks, and
+    its isError and structuredContent when present); server.py checks its shape."""
+    text = out.decode(errors="replace")
+    if text.lstrip().startswith("{"):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and isinstance(obj.get("content"), list):
+            res: dict[str, Any] = {"content": obj["content"],
+                                   "isError": obj.get("isError") is True}
+            if isinstance(obj.get("structuredContent"), dict):
+                res["structuredContent"] = obj["structuredContent"]
+            res["_text"] = text                 # the fallback, should the shape be wrong
+            return res
+    return {"content": [{"type": "text", "text": text}], "isError": False}

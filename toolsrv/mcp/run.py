@@ -1,0 +1,171 @@
+"""`toolsrv mcp`'s process: find (or start) the 9P server, then serve MCP until the end.
+
+Theory of operation.  The face dials ADDR (default unix!$NAMESPACE/toolsrv).  When
+nothing answers there (no socket file, or nobody listening on it), it serves the default
+registry itself: an App (app.py) with `serve`'s defaults, but no state kept (so any
+number of standalone faces run side by side), started in this process on a Unix socket
+in a private temporary directory, which the face then dials like any other: one code
+path, the tree's files, whichever server it is.  Any other failure to connect (a uid
+refused, a bad secret) is an error, not a reason to serve alone.
+
+Order: the dial or the local server first (a failure is a message on stderr and exit
+1, before any MCP is spoken; the local server's launcher has its own stdin and stdout,
+/dev/null), then the SDK's stdio_server (it points fd 0 and 1 away from the pipes while
+it serves), then the watcher (revwait) beside the SDK's serving loop.  When the client closes stdin, or on SIGTERM/SIGINT, the loop ends, each
+connection's teardown removes its seat, and the local server, if any, stops.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from typing import Any
+
+import anyio
+
+from ..serve import dial
+from .face import Face
+from .ninep import NineP, NinePError, nothing_answers
+
+
+class Local:
+    """A toolsrv served in this process for the face alone (standalone mode)."""
+
+    def __init__(self) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="toolsrv-mcp.")
+        self.addr = f"unix!{self.tmp}/toolsrv"
+        self.app: Any = None
+
+    async def start(self) -> "Local":
+        from ..app import App, Options
+        self.app = App(Options(addrs=[self.addr], persist=False))
+        try:
+            await self.app.start()
+        except BaseException:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
+        return self
+
+    async def stop(self) -> None:
+        try:
+            await self.app.stop()
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def mcp_main(args: Any) -> int:
+    """Run `toolsrv mcp` with parsed arguments; the exit status."""
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="toolsrv: %(message)s", stream=sys.stderr)
+    http = None
+    if args.http:
+        from .http import BadListen, bind, check_listen, parse_hostport
+        try:
+            host, port = parse_hostport(args.http)
+            token = check_listen(host, args.listen_any, args.token_file)
+        except (BadListen, OSError, ValueError) as e:
+            print(f"toolsrv mcp: {e}", file=sys.stderr)
+            return 2
+        try:
+            http = (bind(host, port), token)
+        except OSError as e:
+            print(f"toolsrv mcp: cannot listen on {args.http}: {e}", file=sys.stderr)
+            return 1
+    elif args.listen_any or args.token_file:
+        print("toolsrv mcp: --listen-any and --token-file go with --http", file=sys.stderr)
+        return 2
+    options = {}
+    if getattr(args, "uvloop", False) or os.environ.get("TOOLSRV_UVLOOP", "") not in ("", "0"):
+        try:
+            import uvloop  # noqa: F401
+            options["use_uvloop"] = True
+        except ImportError:
+            print("toolsrv mcp: uvloop is not installed (pip install 'toolsrv[fast]'): "
+                  "using asyncio's own loop", file=sys.stderr)
+    try:
+        return anyio.run(_main, args, http, backend_options=options)
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _main(args: Any, http: tuple[Any, bytes | None] | None) -> int:
+    try:
+        nine, addr, local = await _connect(args)
+    except (OSError, NinePError, ValueError) as e:
+        where = args.addr or str(dial.default_addr())
+        print(f"toolsrv mcp: cannot connect to {where}: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:                       # the local server did not start
+        print(f"toolsrv mcp: cannot serve in process: {e}", file=sys.stderr)
+        return 1
+    if http is not None:
+        return await _serve(args, (nine, addr, local), None, http)
+    from mcp.server.stdio import stdio_server
+    async with stdio_server() as streams:
+        return await _serve(args, (nine, addr, local), streams, None)
+
+
+async def _connect(args: Any) -> tuple[NineP, str, Local | None]:
+    """The 9P connection: to ADDR, or to a server started here when nothing answers."""
+    addr = args.addr or str(dial.default_addr())
+    try:
+        return await NineP.connect(addr), addr, None
+    except OSError as e:
+        if not nothing_answers(e) or args.no_standalone:
+            raise
+        why = e
+    local = await Local().start()
+    print(f"toolsrv mcp: nothing answers at {addr} ({why.strerror or why}): serving the "
+          "default registry in this process, keeping no state", file=sys.stderr, flush=True)
+    try:
+        return await NineP.connect(local.addr), local.addr, local
+    except BaseException:
+        await local.stop()
+        raise
+
+
+async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
+                 http: tuple[Any, bytes | None] | None) -> int:
+    from .server import Wiring
+    nine, addr, local = got
+
+    async def redial() -> NineP:
+        return await NineP.connect(addr)
+    face = Face(redial, only=_names(args.tools), search=args.search, session=args.session,
+                agent=args.agent, cwd=os.path.abspath(args.cwd) if args.cwd else None,
+                where=addr)
+    face.nine = nine
+    wiring = Wiring(face, pid=str(os.getppid()) if http is None else None)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(face.watch, wiring.changed)
+            tg.start_soon(_stop_on_signal, tg.cancel_scope)
+            if http is not None:
+                from .http import serve_http
+                await serve_http(wiring, *http)
+            else:
+                read, write = streams
+                await wiring.server.run(read, write, wiring.init_options())
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.move_on_after(10, shield=True):
+            await face.close()
+            if local is not None:
+                await local.stop()
+    return 0
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
+
+
+def _names(tools: str | None) -> list[str] | None:
+    if not tools:
+        return None
+    return [t.strip() for t in tools.split(",") if t.strip()]
