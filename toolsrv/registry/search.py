@@ -1,0 +1,393 @@
+"""Discovery: rank the registry's visible tools against a need written in words.
+
+Theory of operation.  A `SearchIndex` follows one `Registry`: the registry tells it each
+name whose served Tool moved (`Registry.on_tool_change`), and the index only marks that
+name dirty.  The next search re-indexes the dirty names alone (`sync`), so a change that
+bumps `revision` is searchable by the next query with no rebuild; the first search builds
+everything.  Only the registry's visible tools (variants applied, a command found) are
+ever indexed, so a hidden tool is never ranked.
+
+Two rankers, fused:
+  lexical   BM25 over the words of each tool's fields, each field's term frequency
+            weighted (FIELDS: name split at `_ . -` and case changes, keywords, the
+            description, argument names and descriptions, the prompt), with one length
+            normalisation over the weighted length (the simple form of BM25F).  Postings
+            are term -> slot -> weighted tf, so one tool's change touches only its terms.
+  semantic  the cosine of the need's and each tool's embedding (semantic.py: a static
+            model shipped inside a PyPI wheel, the `search` extra), loaded on the first
+            search, never at start-up.  Without the extra, or if it fails to load, search
+            is lexical and says so once (`notice`).
+Fusion: each ranker's scores are scaled to [0, 1] by the best score of this query (the
+semantic ones from the query's floor, the median cosine), and added with weights tuned on
+public tool-retrieval sets (doc/search.md).  Scores are the fused value, printed with three
+decimals; ties break by name, so the order is deterministic.
+
+With numpy importable the scoring loops run as array operations (per-term arrays cached
+and dropped when a term's postings move); without it, plain dicts compute the same scores.
+All methods run on the event loop's thread, except `Semantic.load`, which the caller may
+run in a worker thread (tree/searchfile.py does).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from ..errors import P9Error
+
+NEED_MAX = 4096         # bytes of one need
+LIMIT_DEFAULT = 10
+LIMIT_MAX = 100
+K1, B = 1.2, 0.75
+# Field weights of the lexical ranker: keywords are the discovery vocabulary.
+FIELDS = (("name", 3.0), ("keywords", 3.0), ("description", 2.0), ("args", 1.0),
+          ("prompt", 0.5))
+LEXICAL_WEIGHT, SEMANTIC_WEIGHT = 0.6, 0.4
+LEXICAL_NOTICE = ("# search is lexical only: the semantic ranker is not installed "
+                  "(pip install 'toolsrv[search]')")
+
+_WORD = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])|[a-z]+|[0-9]+")
+_STOP = frozenset(
+    "a an and any are as at be by can do does for from get given how i in into is it its "
+    "me my of on or our please show some than that the their them then there these this "
+    "to use using want what when where which while who will with would you your".split())
+
+
+def parse_need(data: bytes) -> tuple[str, int]:
+    """One write of a search file -> (the need, the limit), or P9Error (worded for 9pfuse).
+
+    An optional first line `limit N` (1..LIMIT_MAX) sets how many tools to return."""
+    if len(data) > NEED_MAX:
+        raise P9Error(f"search: need longer than {NEED_MAX} bytes: too long")
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise P9Error("search: need is not UTF-8 (illegal byte sequence)") from None
+    limit = LIMIT_DEFAULT
+    first, _, rest = text.lstrip("\n").partition("\n")
+    words = first.split()
+    if words[:1] == ["limit"]:
+        if len(words) != 2 or not words[1].isascii() or not words[1].isdigit() \
+                or not 1 <= int(words[1]) <= LIMIT_MAX:
+            raise P9Error(f"search: limit must be a whole number from 1 to {LIMIT_MAX} "
+                              "(invalid argument)")
+        limit, text = int(words[1]), rest
+    need = " ".join(text.split())
+    if not need:
+        raise P9Error("search: empty need: write what the tool should do "
+                          "(invalid argument)")
+    return need, limit
+
+
+def stem(w: str) -> str:
+    """A light English suffix stripper (plurals, -ing, -ed): enough to meet `files` with
+    `file` and `reading` with `read`, never so eager that short words collide."""
+    if len(w) <= 3:
+        return w
+    for suf, keep in (("ies", "y"), ("sses", "ss"), ("ing", ""), ("ed", ""), ("es", ""),
+                      ("s", "")):
+        if w.endswith(suf) and len(w) - len(suf) >= 3:
+            if suf == "s" and w.endswith(("ss", "us", "is")):
+                return w
+            if suf == "es" and not w.endswith(("ches", "shes", "xes", "zes", "sses")):
+                continue        # "files" -> "file" by "s" below, not "fil"
+            w = w[:len(w) - len(suf)] + keep
+            if suf in ("ing", "ed") and len(w) > 3 and w[-1] == w[-2] and w[-1] not in "lsz":
+                w = w[:-1]       # "running" -> "run"
+            return w
+    return w
+
+
+def words(text: str) -> list[str]:
+    """The searchable words of `text`: identifiers split at `_ . -` and case changes,
+    lower-cased, stop words dropped, stemmed."""
+    return [stem(w) for m in _WORD.findall(text) if (w := m.lower()) not in _STOP]
+
+
+def arg_text(schema: Any, depth: int = 0) -> str:
+    """The argument names and descriptions of an args schema (nested objects too)."""
+    if not isinstance(schema, dict) or depth > 3:
+        return ""
+    out = []
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        for k, v in props.items():
+            out.append(str(k))
+            if isinstance(v, dict):
+                if isinstance(v.get("description"), str):
+                    out.append(v["description"])
+                out.append(arg_text(v, depth + 1))
+                out.append(arg_text(v.get("items"), depth + 1))
+    return " ".join(o for o in out if o)
+
+
+def tool_fields(tool: Any) -> dict[str, str]:
+    """The text of each ranked field of a Tool."""
+    return {"name": tool.name, "keywords": " ; ".join(tool.keywords),
+            "description": tool.description, "args": arg_text(tool.schema),
+            "prompt": tool.prompt}
+
+
+def semantic_text(tool: Any) -> str:
+    """What the semantic ranker embeds for a tool: its name's words, description,
+    keywords and argument names (the prompt's prose would drown them)."""
+    name = " ".join(_WORD.findall(tool.name))
+    args = tool.schema.get("properties") if isinstance(tool.schema, dict) else None
+    argnames = " ".join(" ".join(_WORD.findall(str(k))) for k in args) \
+        if isinstance(args, dict) else ""
+    return f"{name}. {tool.description} {'; '.join(tool.keywords)}. {argnames}"
+
+
+class SearchIndex:
+    """The live index of one registry's visible tools (see the module's header)."""
+
+    def __init__(self, registry: Any, *, semantic: Any = None, use_numpy: bool = True,
+                 fields: Iterable[tuple[str, float]] = FIELDS,
+                 weights: tuple[float, float] = (LEXICAL_WEIGHT, SEMANTIC_WEIGHT)) -> None:
+        """`semantic`: a semantic.Semantic (loaded on the first search), False for lexical
+        only, None to make the default one."""
+        self.registry = registry
+        self.fields = tuple(fields)
+        self.weights = weights
+        if semantic is None:
+            from .semantic import Semantic
+            semantic = Semantic()
+        self.semantic = semantic or None
+        self._np: Any = None
+        self._want_numpy = use_numpy
+        self._built = False
+        self._dirty: set[str] = set()
+        self._slot: dict[str, int] = {}
+        self._tools: list[Any] = []                  # by slot; None: free
+        self._free: list[int] = []
+        self._post: dict[str, dict[int, float]] = {}
+        self._terms: list[dict[str, float]] = []     # by slot: what it posted
+        self._dl: list[float] = []
+        self._dl_total = 0.0
+        self._arrays: dict[str, Any] = {}            # term -> (slots, tfs), numpy
+        self._dl_arr: Any = None
+        self._vec: Any = None                        # slot -> embedding row
+        self._vec_dirty: set[int] = set()
+        self.noticed = False                         # the lexical-only notice was given
+        hook = getattr(registry, "on_tool_change", None)
+        if hook is not None:
+            hook(self._moved)
+
+    # --- following the registry ----------------------------------------------------
+
+    def _moved(self, name: str) -> None:
+        if self._built:
+            self._dirty.add(name)
+
+    def __len__(self) -> int:
+        return len(self._slot)
+
+    def sync(self) -> int:
+        """Index what moved since the last search (everything, the first time); the number
+        of names re-indexed."""
+        if self._np is None and self._want_numpy:
+            try:
+                import numpy
+                self._np = numpy
+            except ImportError:
+                self._want_numpy = False
+        if not self._built:
+            self._built = True
+            names: Iterable[str] = list(self.registry.tools)
+        else:
+            names, self._dirty = self._dirty, set()
+        n = 0
+        get = self.registry.get
+        for name in names:
+            tool = get(name)
+            slot = self._slot.get(name)
+            if slot is not None and tool is not None and self._tools[slot] is tool:
+                continue
+            if slot is not None:
+                self._remove(name, slot)
+            if tool is not None:
+                self._add(name, tool)
+            n += 1
+        self._embed_pending()
+        return n
+
+    def _add(self, name: str, tool: Any) -> None:
+        slot = self._free.pop() if self._free else len(self._tools)
+        if slot == len(self._tools):
+            self._tools.append(None)
+            self._terms.append({})
+            self._dl.append(0.0)
+        tf: dict[str, float] = {}
+        texts = tool_fields(tool)
+        for field, weight in self.fields:
+            for w in words(texts.get(field, "")):
+                tf[w] = tf.get(w, 0.0) + weight
+        dl = sum(tf.values())
+        self._tools[slot], self._terms[slot], self._dl[slot] = tool, tf, dl
+        self._dl_total += dl
+        self._slot[name] = slot
+        post, arrays = self._post, self._arrays
+        for w, f in tf.items():
+            post.setdefault(w, {})[slot] = f
+            arrays.pop(w, None)
+        self._dl_arr = None
+        self._vec_dirty.add(slot)
+
+    def _remove(self, name: str, slot: int) -> None:
+        del self._slot[name]
+        post, arrays = self._post, self._arrays
+        for w in self._terms[slot]:
+            p = post[w]
+            del p[slot]
+            if not p:
+                del post[w]
+            arrays.pop(w, None)
+        self._dl_total -= self._dl[slot]
+        self._tools[slot], self._terms[slot], self._dl[slot] = None, {}, 0.0
+        self._free.append(slot)
+        self._dl_arr = None
+        self._vec_dirty.add(slot)
+
+    # --- semantic -------------------------------------------------------------------
+
+    def semantic_ready(self) -> bool:
+        """True when a search needs no model load first (loaded, failed, or lexical)."""
+        return self.semantic is None or self.semantic.tried
+
+    def load_semantic(self) -> None:
+        """Load the model (blocking: about a second; tree/searchfile.py runs it in a worker
+        thread), then embed every indexed tool there too."""
+        sem = self.semantic
+        if sem is None or sem.tried:
+            return
+        sem.load()
+
+    def _embed_pending(self) -> None:
+        sem = self.semantic
+        if sem is None or not sem.ready or not self._vec_dirty:
+            return
+        np = sem.np
+        cap = len(self._tools)
+        if self._vec is None or self._vec.shape[0] < cap:
+            grown = np.zeros((max(cap, 64, 0 if self._vec is None else 2 * self._vec.shape[0]),
+                              sem.dim), dtype=np.float32)
+            if self._vec is not None:
+                grown[:self._vec.shape[0]] = self._vec
+            self._vec = grown
+        slots = sorted(self._vec_dirty)
+        self._vec_dirty = set()
+        live = [s for s in slots if self._tools[s] is not None]
+        dead = [s for s in slots if self._tools[s] is None]
+        if dead:
+            self._vec[dead] = 0.0
+        for i in range(0, len(live), 512):
+            chunk = live[i:i + 512]
+            self._vec[chunk] = sem.embed([semantic_text(self._tools[s]) for s in chunk])
+
+    # --- searching ------------------------------------------------------------------
+
+    def mode(self) -> str:
+        """"hybrid" when the semantic ranker is in use, else "lexical"."""
+        return "hybrid" if self.semantic is not None and self.semantic.ready else "lexical"
+
+    def search(self, need: str, limit: int = LIMIT_DEFAULT) -> list[tuple[str, float, str]]:
+        """The best `limit` tools for `need`: (name, score, description), best first."""
+        self.sync()
+        if not self._slot:
+            return []
+        lex = self._lexical(words(need))
+        sem = self._semantic(need)
+        scores = self._fuse(lex, sem)
+        best = heapq.nsmallest(limit, scores.items(), key=lambda kv: (-kv[1], self._name(kv[0])))
+        return [(self._name(s), round(v, 3), self._tools[s].description)
+                for s, v in best if v > 0]
+
+    def _name(self, slot: int) -> str:
+        return str(self._tools[slot].name)
+
+    def _lexical(self, terms: list[str]) -> dict[int, float]:
+        """BM25 per slot (only slots that share a word with the need)."""
+        n = len(self._slot)
+        avgdl = self._dl_total / n if n else 1.0
+        post = self._post
+        uniq = [t for t in dict.fromkeys(terms) if t in post]
+        if not uniq:
+            return {}
+        np = self._np
+        if np is not None:
+            return self._lexical_np(np, uniq, n, avgdl or 1.0)
+        acc: dict[int, float] = {}
+        dl = self._dl
+        for t in uniq:
+            p = post[t]
+            idf = math.log(1.0 + (n - len(p) + 0.5) / (len(p) + 0.5))
+            for s, f in p.items():
+                norm = K1 * (1.0 - B + B * dl[s] / avgdl)
+                acc[s] = acc.get(s, 0.0) + idf * f * (K1 + 1.0) / (f + norm)
+        return acc
+
+    def _lexical_np(self, np: Any, uniq: list[str], n: int, avgdl: float) -> dict[int, float]:
+        if self._dl_arr is None:
+            self._dl_arr = np.asarray(self._dl, dtype=np.float64)
+        acc = np.zeros(len(self._tools), dtype=np.float64)
+        for t in uniq:
+            arr = self._arrays.get(t)
+            if arr is None:
+                p = self._post[t]
+                arr = self._arrays[t] = (np.fromiter(p.keys(), np.int64, len(p)),
+                                         np.fromiter(p.values(), np.float64, len(p)))
+            ids, f = arr
+            idf = math.log(1.0 + (n - len(ids) + 0.5) / (len(ids) + 0.5))
+            norm = K1 * (1.0 - B + B * self._dl_arr[ids] / avgdl)
+            acc[ids] += idf * f * (K1 + 1.0) / (f + norm)
+        hit = np.flatnonzero(acc)
+        return dict(zip(hit.tolist(), acc[hit].tolist()))
+
+    def _semantic(self, need: str) -> Any:
+        """Cosines of every slot against the need (numpy array), or None."""
+        sem = self.semantic
+        if sem is None or not sem.ready or self._vec is None:
+            return None
+        q = sem.embed([need])[0]
+        return self._vec[:len(self._tools)] @ q
+
+    def _fuse(self, lex: dict[int, float], sem: Any) -> dict[int, float]:
+        wl, ws = self.weights
+        top = max(lex.values()) if lex else 0.0
+        if sem is None:
+            return {s: v / top for s, v in lex.items()} if top > 0 else {}
+        out = {s: wl * v / top for s, v in lex.items()} if top > 0 else {}
+        np = self.semantic.np
+        live = np.fromiter(self._slot.values(), np.int64, len(self._slot))
+        vals = sem[live]
+        floor = float(np.median(vals))
+        peak = float(vals.max())
+        if peak <= floor:
+            return out
+        k = min(len(live), 200)
+        cand = live[np.argpartition(-vals, k - 1)[:k]] if k < len(live) else live
+        scale = ws / (peak - floor)
+        for s in set(cand.tolist()) | out.keys():
+            v = (float(sem[s]) - floor) * scale
+            out[s] = out.get(s, 0.0) + max(v, 0.0)
+        return out
+
+    def notice(self) -> str | None:
+        """The line that says, once per index, that search is lexical only; else None."""
+        if self.noticed or self.mode() != "lexical":
+            return None
+        self.noticed = True
+        why = self.semantic.error if self.semantic is not None else ""
+        return LEXICAL_NOTICE + (f": {why}" if why else "")
+
+
+def answer_text(hits: list[tuple[str, float, str]], notice: str | None = None) -> bytes:
+    """What a read of a search file returns: one `name<TAB>score<TAB>description` line per
+    tool, best first; a `#` line before them when there is a notice."""
+    from .resolve import one_line
+    lines = [notice + "\n"] if notice else []
+    lines += [f"{n}\t{s:.3f}\t{one_line(d)}\n" for n, s, d in hits]
+    return "".join(lines).encode()
+
