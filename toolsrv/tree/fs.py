@@ -1,6 +1,6 @@
 """The toolsrv namespace (DESIGN.md section 2), generated from live state.
 
-    /revision  /revwait  /tools/{index,errors,<tool>/{meta,schema,prompt}}
+    /revision  /revwait  /tools/{index,errors,search,<tool>/{meta,schema,prompt}}
     /session/<id>/{cwd,sandbox,agent/<name>/...}
 
 Every node is built on demand from the registry and the session store; the
@@ -35,8 +35,9 @@ class ToolsrvFS:
     """Builds the tree and answers Tattach with its root."""
 
     def __init__(self, registry: Any, store: SessionStore, *, revwait_timeout: float = 60.0,
-                 agent_files: Any = None) -> None:
+                 agent_files: Any = None, searcher: Any = None) -> None:
         self.registry = registry
+        self.searcher = searcher   # searchfile.Searcher: tools/search; None: no such file
         self.store = store
         self.revwait_timeout = revwait_timeout
         self.agent_files = agent_files   # .NAMES, .entry(agent dir, name, qid path) -> Node
@@ -74,6 +75,9 @@ class ToolsrvFS:
             TextFile("index", self.q("tools", "index"), d, lambda: reg.index_text().encode()),
             TextFile("errors", self.q("tools", "errors"), d, lambda: reg.errors_text().encode()),
         ]
+        if self.searcher is not None:
+            from .searchfile import SearchFile
+            nodes.append(SearchFile("search", self.q("tools", "search"), d, self.searcher))
         names = reg.names() if hasattr(reg, "names") else sorted(reg.tools)
         nodes += [ToolDir(name, self.q("tool", name), d, self) for name in names]
         return nodes
@@ -396,7 +400,8 @@ class AgentScope:
     """What the connection handed to one agent's tool (client9p profile) may do.
 
     It may read the registry and its own agent's files, write its own agent's
-    ctl and call files and `revwait` (to wait for a change), and nothing else: no
+    ctl, search and call files, `revwait` (to wait for a change) and `tools/search`
+    (to find a tool), and nothing else: no
     other session or agent is visible, and cwd, sandbox, mkdir and rm are refused, so
     a model cannot use the server to widen its own sandbox.
     """
@@ -410,10 +415,10 @@ class AgentScope:
             p[1] == self.session and (len(p) < 4 or p[3] == self.agent))
         if op == "walk" and mine:
             return
-        if op == "write" and p == ("revwait",):   # the wait for a change (fs.RevwaitFile)
+        if op == "write" and p in (("revwait",), ("tools", "search")):  # a wait, a search
             return
         if op == "write" and mine and len(p) >= 5 and (
-                p[4] == "ctl" and len(p) == 5 or
+                p[4] in ("ctl", "search") and len(p) == 5 or
                 len(p) == 7 and p[4] == "tools" and p[6] == "call"):
             return
         what = "/".join(p) or "/"
