@@ -21,7 +21,11 @@ def _prog() -> str:
 def search_mode() -> str:
     """What tools/search will rank with, told without importing the search extra."""
     import importlib.util
-    if importlib.util.find_spec("wordllama") is None:
+    try:
+        found = importlib.util.find_spec("wordllama") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
         return ("lexical only: the semantic ranker is not installed "
                 "(pip install 'toolsrv[search]')")
     return "lexical + semantic (the model loads on the first search)"

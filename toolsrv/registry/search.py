@@ -55,29 +55,32 @@ _STOP = frozenset(
     "to use using want what when where which while who will with would you your".split())
 
 
-def parse_need(data: bytes) -> tuple[str, int]:
+def parse_need(data: bytes, limit: int = LIMIT_DEFAULT) -> tuple[str, int]:
     """One write of a search file -> (the need, the limit), or P9Error (worded for 9pfuse).
 
-    An optional first line `limit N` (1..LIMIT_MAX) sets how many tools to return."""
+    An optional first line `limit N` (1..LIMIT_MAX) sets how many tools to return (else
+    `limit`).  A write of that line alone returns ("", N): the caller keeps N for the
+    next need (a shell's printf may write the two lines apart)."""
     if len(data) > NEED_MAX:
         raise P9Error(f"search: need longer than {NEED_MAX} bytes: too long")
     try:
         text = data.decode()
     except UnicodeDecodeError:
         raise P9Error("search: need is not UTF-8 (illegal byte sequence)") from None
-    limit = LIMIT_DEFAULT
     first, _, rest = text.lstrip("\n").partition("\n")
     words = first.split()
     if words[:1] == ["limit"]:
         if len(words) != 2 or not words[1].isascii() or not words[1].isdigit() \
                 or not 1 <= int(words[1]) <= LIMIT_MAX:
             raise P9Error(f"search: limit must be a whole number from 1 to {LIMIT_MAX} "
-                              "(invalid argument)")
+                          "(invalid argument)")
         limit, text = int(words[1]), rest
+        if not text.strip():
+            return "", limit
     need = " ".join(text.split())
     if not need:
         raise P9Error("search: empty need: write what the tool should do "
-                          "(invalid argument)")
+                      "(invalid argument)")
     return need, limit
 
 

@@ -21,7 +21,7 @@ import logging
 from typing import Any, Awaitable
 
 from ..errors import P9Error
-from ..registry.search import SearchIndex, answer_text, parse_need
+from ..registry.search import LIMIT_DEFAULT, NEED_MAX, SearchIndex, answer_text, parse_need
 from .node import Node, answer_read, answered, snapshot_read
 
 log = logging.getLogger("toolsrv.search")
@@ -40,13 +40,28 @@ class Searcher:
         self.index.load_semantic()
         self.index.sync()
 
-    def answer(self, data: bytes) -> tuple[str, bytes | Awaitable[bytes]]:
+    def answer(self, aux: dict, data: bytes, final: bool = False
+               ) -> tuple[str, bytes | Awaitable[bytes] | None]:
         """(the need, the answer to one write or an awaitable of it: the first search);
-        raises P9Error for a need that cannot be searched."""
-        need, limit = parse_need(data)
+        raises P9Error for a need that cannot be searched.  The answer is None when the
+        write is kept for the fid's next one (`aux`): a `limit N` line alone, or exactly
+        4 KiB with no newline (9pfuse cuts a longer write(2) into 4 KiB Twrites)."""
+        data = aux.pop("piece", b"") + data
+        if len(data) == NEED_MAX and not data.endswith(b"\n") and not final:
+            aux["piece"] = data
+            return "", None
+        need, limit = parse_need(data, aux.pop("limit", LIMIT_DEFAULT))
+        if not need:
+            aux["limit"] = limit
+            return "", None
         if self._prepared:
             return need, self._run(need, limit)
         return need, self._first(need, limit)
+
+    def held(self, aux: dict) -> bytes | Awaitable[bytes] | None:
+        """The answer to a 4 KiB piece still kept when its fid reads (nothing followed)."""
+        piece = aux.pop("piece", None)
+        return None if piece is None else self.answer(aux, piece, final=True)[1]
 
     async def _first(self, need: str, limit: int) -> bytes:
         if self._preparing is None:
@@ -73,31 +88,35 @@ class SearchFile(Node):
         self.searcher = searcher
 
     def write(self, fid: Any, offset: int, data: bytes) -> Any:
-        got = self.searcher.answer(data)[1]
-        end = offset + len(data)
+        got = self.searcher.answer(fid.aux, data)[1]
+        if got is not None:
+            self._take(fid, got, offset + len(data))
+        return len(data)
+
+    def _take(self, fid: Any, got: Any, end: int) -> None:
+        """Keep the answer on the fid, now or when the first search has it (a read that
+        comes meanwhile, pipelined, waits for it)."""
         if isinstance(got, bytes):
-            self._keep(fid, got, end)
-            return len(data)
+            fid.aux["search"] = got
+            answered(fid, end)
+            return
+        done = fid.aux["searching"] = asyncio.get_running_loop().create_future()
 
-        done = fid.aux["searching"] = asyncio.Event()   # a pipelined read waits for it
-
-        async def later() -> int:
-            try:
-                self._keep(fid, await got, end)
-            finally:
-                done.set()
-            return len(data)
-        return later()
-
-    def _keep(self, fid: Any, answer: bytes, end: int) -> None:
-        fid.aux["search"] = answer
-        answered(fid, end)
+        def keep(task: asyncio.Future[bytes]) -> None:
+            if not task.cancelled() and task.exception() is None:
+                fid.aux["search"] = task.result()
+                answered(fid, end)
+            done.set_result(None)
+        asyncio.ensure_future(got).add_done_callback(keep)
 
     def read(self, fid: Any, offset: int, count: int) -> Any:
+        if "piece" in fid.aux:           # a 4 KiB write that nothing followed: search it
+            got = self.searcher.held(fid.aux)
+            self._take(fid, got, fid.aux.get("wrote", 0))
         done = fid.aux.get("searching")
-        if done is not None and not done.is_set():
+        if done is not None and not done.done():
             async def later() -> bytes:
-                await done.wait()
+                await asyncio.shield(done)
                 return self.read(fid, offset, count)
             return later()
         if "search" not in fid.aux:
@@ -127,26 +146,40 @@ class AgentSearchFile(Node):
 
     def write(self, fid: Any, offset: int, data: bytes) -> Any:
         try:
-            need, got = self.searcher.answer(data)
+            need, got = self.searcher.answer(fid.aux, data)
         except P9Error as e:
             self.a.note(f"search -> error: {e.full}")
             raise
+        if got is None:
+            return len(data)
         if isinstance(got, bytes):
-            return self._keep(got, need, len(data))
+            self._keep(got, need)
+            return len(data)
         done = self.a.extra["searching"] = asyncio.Event()   # a pipelined read waits
 
         async def later() -> int:
             try:
-                return self._keep(await got, need, len(data))
+                self._keep(await got, need)
             finally:
                 done.set()
+            return len(data)
         return later()
 
-    def _keep(self, answer: bytes, need: str, n: int) -> int:
+    def _keep(self, answer: bytes, need: str) -> None:
         self.a.extra["search"] = answer
         found = sum(1 for ln in answer.splitlines() if ln and not ln.startswith(b"#"))
         self.a.note(f"search {need[:100]!r} -> {found} tools")
-        return n
+
+    def clunk(self, fid: Any) -> None:
+        """A 4 KiB piece that nothing followed is searched when its writer closes."""
+        if "piece" in fid.aux:
+            try:
+                got = self.searcher.held(fid.aux)
+            except P9Error as e:
+                self.a.note(f"search -> error: {e.full}")
+                return
+            if isinstance(got, bytes):
+                self._keep(got, "(4 KiB need)")
 
     def read(self, fid: Any, offset: int, count: int) -> Any:
         done = self.a.extra.get("searching")
