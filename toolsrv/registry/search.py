@@ -18,7 +18,7 @@ Two rankers, fused:
             search, never at start-up.  Without the extra, or if it fails to load, search
             is lexical and says so once (`notice`).
 Fusion: each ranker's scores are scaled to [0, 1] by the best score of this query (the
-semantic ones from the query's floor, the median cosine), and added with weights tuned on
+semantic ones from the query's floor, the mean cosine), and added with weights tuned on
 public tool-retrieval sets (doc/search.md).  Scores are the fused value, printed with three
 decimals; ties break by name, so the order is deterministic.
 
@@ -29,7 +29,6 @@ run in a worker thread (tree/searchfile.py does).
 """
 from __future__ import annotations
 
-import heapq
 import math
 import re
 from collections.abc import Iterable
@@ -170,7 +169,8 @@ class SearchIndex:
         self._dl: list[float] = []
         self._dl_total = 0.0
         self._arrays: dict[str, Any] = {}            # term -> (slots, tfs), numpy
-        self._dl_arr: Any = None
+        self._dl_arr: Any = None                     # numpy: slot -> weighted length
+        self._alive: Any = None                      # numpy: slot -> holds a tool
         self._vec: Any = None                        # slot -> embedding row
         self._vec_dirty: set[int] = set()
         self.noticed = False                         # the lexical-only notice was given
@@ -300,53 +300,93 @@ class SearchIndex:
         self.sync()
         if not self._slot:
             return []
-        lex = self._lexical(words(need))
-        sem = self._semantic(need)
-        scores = self._fuse(lex, sem)
-        best = heapq.nsmallest(limit, scores.items(), key=lambda kv: (-kv[1], self._name(kv[0])))
+        terms = words(need)
+        np = self._np
+        if np is None:
+            scores = self._fuse_py(self._lexical_py(terms))
+            best = [(v, s) for s, v in scores.items()]
+        else:
+            fused = self._scores_np(np, terms, need)
+            k = min(limit, len(fused))
+            top = np.argpartition(-fused, k - 1)[:k] if k < len(fused) else np.arange(k)
+            kth = float(fused[top].min())           # every tie of the last place, too
+            cand = np.flatnonzero(fused >= kth) if kth > 0 else np.flatnonzero(fused > 0)
+            best = list(zip(fused[cand].tolist(), cand.tolist()))
+        best.sort(key=lambda vs: (-vs[0], self._name(vs[1])))
         return [(self._name(s), round(v, 3), self._tools[s].description)
-                for s, v in best if v > 0]
+                for v, s in best[:limit] if v > 0]
 
     def _name(self, slot: int) -> str:
         return str(self._tools[slot].name)
 
-    def _lexical(self, terms: list[str]) -> dict[int, float]:
-        """BM25 per slot (only slots that share a word with the need)."""
+    def _idf(self, df: int) -> float:
         n = len(self._slot)
-        avgdl = self._dl_total / n if n else 1.0
-        post = self._post
-        uniq = [t for t in dict.fromkeys(terms) if t in post]
-        if not uniq:
-            return {}
-        np = self._np
-        if np is not None:
-            return self._lexical_np(np, uniq, n, avgdl or 1.0)
+        return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+    def _avgdl(self) -> float:
+        return (self._dl_total / len(self._slot)) or 1.0
+
+    def _lexical_py(self, terms: list[str]) -> dict[int, float]:
+        """BM25 per slot (only slots that share a word with the need), without numpy."""
+        post, dl, avgdl = self._post, self._dl, self._avgdl()
         acc: dict[int, float] = {}
-        dl = self._dl
-        for t in uniq:
-            p = post[t]
-            idf = math.log(1.0 + (n - len(p) + 0.5) / (len(p) + 0.5))
+        for t in dict.fromkeys(terms):
+            p = post.get(t)
+            if not p:
+                continue
+            idf = self._idf(len(p))
             for s, f in p.items():
                 norm = K1 * (1.0 - B + B * dl[s] / avgdl)
                 acc[s] = acc.get(s, 0.0) + idf * f * (K1 + 1.0) / (f + norm)
         return acc
 
-    def _lexical_np(self, np: Any, uniq: list[str], n: int, avgdl: float) -> dict[int, float]:
+    @staticmethod
+    def _fuse_py(lex: dict[int, float]) -> dict[int, float]:
+        top = max(lex.values()) if lex else 0.0
+        return {s: v / top for s, v in lex.items()} if top > 0 else {}
+
+    def _scores_np(self, np: Any, terms: list[str], need: str) -> Any:
+        """The fused score of every slot (0 for a free one), as one array: BM25 scaled by
+        this query's best, plus the cosine above this query's mean cosine, scaled so
+        that the best reaches the semantic weight.  Each term's BM25 weights are kept (per-term
+arrays), so a query adds a few arrays; they are made again only after a change."""
+        cap = len(self._tools)
         if self._dl_arr is None:
             self._dl_arr = np.asarray(self._dl, dtype=np.float64)
-        acc = np.zeros(len(self._tools), dtype=np.float64)
-        for t in uniq:
+            alive = self._alive = np.zeros(cap, dtype=bool)
+            alive[list(self._slot.values())] = True
+        acc = np.zeros(cap, dtype=np.float64)
+        key = (len(self._slot), self._dl_total)
+        for t in dict.fromkeys(terms):
             arr = self._arrays.get(t)
-            if arr is None:
-                p = self._post[t]
-                arr = self._arrays[t] = (np.fromiter(p.keys(), np.int64, len(p)),
-                                         np.fromiter(p.values(), np.float64, len(p)))
-            ids, f = arr
-            idf = math.log(1.0 + (n - len(ids) + 0.5) / (len(ids) + 0.5))
-            norm = K1 * (1.0 - B + B * self._dl_arr[ids] / avgdl)
-            acc[ids] += idf * f * (K1 + 1.0) / (f + norm)
-        hit = np.flatnonzero(acc)
-        return dict(zip(hit.tolist(), acc[hit].tolist()))
+            if arr is None or arr[2] != key:
+                p = self._post.get(t)
+                if not p:
+                    continue
+                arr = self._arrays[t] = self._weights_np(np, p, key)
+            acc[arr[0]] += arr[1]
+        top = float(acc.max())
+        sem = self._semantic(need)
+        if sem is None:
+            return acc / top if top > 0 else acc
+        wl, ws = self.weights
+        fused = acc * (wl / top) if top > 0 else acc
+        whole = self._free == []
+        vals = sem if whole else sem[self._alive]
+        floor, peak = float(vals.mean()), float(vals.max())
+        if peak > floor:
+            fused += np.maximum(sem - floor, 0.0) * (ws / (peak - floor))
+        if not whole:
+            fused[~self._alive] = 0.0
+        return fused
+
+    def _weights_np(self, np: Any, p: dict[int, float], key: tuple[int, float]) -> Any:
+        """(slots, BM25 weight of the term in each) for one term's postings, and the
+        (tool count, total length) they hold for: recomputed when either moves."""
+        ids = np.fromiter(p.keys(), np.int64, len(p))
+        f = np.fromiter(p.values(), np.float64, len(p))
+        norm = K1 * (1.0 - B + B * self._dl_arr[ids] / self._avgdl())
+        return ids, self._idf(len(p)) * f * (K1 + 1.0) / (f + norm), key
 
     def _semantic(self, need: str) -> Any:
         """Cosines of every slot against the need (numpy array), or None."""
@@ -355,27 +395,6 @@ class SearchIndex:
             return None
         q = sem.embed([need])[0]
         return self._vec[:len(self._tools)] @ q
-
-    def _fuse(self, lex: dict[int, float], sem: Any) -> dict[int, float]:
-        wl, ws = self.weights
-        top = max(lex.values()) if lex else 0.0
-        if sem is None:
-            return {s: v / top for s, v in lex.items()} if top > 0 else {}
-        out = {s: wl * v / top for s, v in lex.items()} if top > 0 else {}
-        np = self.semantic.np
-        live = np.fromiter(self._slot.values(), np.int64, len(self._slot))
-        vals = sem[live]
-        floor = float(np.median(vals))
-        peak = float(vals.max())
-        if peak <= floor:
-            return out
-        k = min(len(live), 200)
-        cand = live[np.argpartition(-vals, k - 1)[:k]] if k < len(live) else live
-        scale = ws / (peak - floor)
-        for s in set(cand.tolist()) | out.keys():
-            v = (float(sem[s]) - floor) * scale
-            out[s] = out.get(s, 0.0) + max(v, 0.0)
-        return out
 
     def notice(self) -> str | None:
         """The line that says, once per index, that search is lexical only; else None."""
