@@ -9,19 +9,19 @@ through the mount skip, saying why, where 9pfuse or FUSE is missing.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 
 import pytest
 
 from shellhelpers import TOOLSRV, fuse_missing, mounted, serving, sh
-from toolsrv.registry.semantic import Semantic
 
 TOOLS = {"pdf_split": (None, {"cmd": "cat", "description": "Cut a PDF document into parts.",
                               "keywords": ["split pdf pages", "burst"]}),
          "img_scale": (None, {"cmd": "cat", "description": "Resize an image.",
                               "keywords": ["thumbnail", "shrink photo"]})}
-HAVE_EXTRA = Semantic().load()
+HAVE_EXTRA = importlib.util.find_spec("wordllama") is not None
 # A Python start-up hook that makes `import wordllama` fail, as if the extra were missing.
 NO_EXTRA = """\
 import sys

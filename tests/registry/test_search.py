@@ -4,6 +4,7 @@ semantic ranker is the real model when the search extra is installed (`make test
 it), and the lexical-only index is tested as well."""
 from __future__ import annotations
 
+import importlib.util
 import errno
 import json
 import os
@@ -17,7 +18,7 @@ from toolsrv.registry.search import (LEXICAL_NOTICE, SearchIndex, answer_text, p
                                      stem, words)
 from toolsrv.registry.semantic import Semantic
 
-HAVE_EXTRA = Semantic().load()
+HAVE_EXTRA = importlib.util.find_spec("wordllama") is not None
 MODES = ["lexical"] + (["hybrid"] if HAVE_EXTRA else [])
 
 

@@ -222,3 +222,33 @@ def test_a_server_with_no_tools_answers_nothing():
             assert lines(answer) == []
     finally:
         app.cleanup()
+
+
+STARTUP = """
+import sys
+sys.path[:0] = [{tests!r}]
+from apphelpers import AppThread, tools_dir
+from toolsrv.cli.client import Client
+heavy = lambda: sorted({{m.split(".")[0] for m in sys.modules}} & {{"numpy", "wordllama", "tokenizers"}})
+app = AppThread([{tools!r}]).start()
+with Client.connect(app.addr) as c:
+    c.read("tools/index")
+    print("started", heavy())
+    c.rdwr("tools/search", b"anything")
+    print("searched", heavy())
+app.cleanup()
+"""
+
+
+def test_the_extra_is_not_imported_until_the_first_search(srv):
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", STARTUP.format(tests=here, tools=srv.tools)],
+                       capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert out[0] == "started []"
+    import importlib.util
+    if importlib.util.find_spec("wordllama") is not None:
+        assert out[1] == "searched ['numpy', 'tokenizers', 'wordllama']"
