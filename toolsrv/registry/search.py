@@ -12,8 +12,7 @@ Two rankers, fused:
             weighted (FIELDS: name split at `_ . -` and case changes, keywords, the
             description, argument names and descriptions, the prompt), with one length
             normalisation over the weighted length (the simple form of BM25F).  Postings
-            are term -> (slots, weighted tfs) in two flat arrays (12 bytes a posting), so
-            one tool's change touches only its terms.
+            are term -> slot -> weighted tf, so one tool's change touches only its terms.
   semantic  the cosine of the need's and each tool's embedding (semantic.py: a static
             model shipped inside a PyPI wheel, the `search` extra), loaded on the first
             search, never at start-up.  Without the extra, or if it fails to load, search
@@ -32,7 +31,6 @@ from __future__ import annotations
 
 import math
 import re
-from array import array
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,7 +44,6 @@ K1, B = 1.2, 0.75
 FIELDS = (("name", 3.0), ("keywords", 3.0), ("description", 2.0), ("args", 1.0),
           ("prompt", 0.5))
 LEXICAL_WEIGHT, SEMANTIC_WEIGHT = 0.6, 0.4
-Posting = tuple["array[int]", "array[float]"]   # one term's slots and their tfs, in step
 LEXICAL_NOTICE = ("# search is lexical only: the semantic ranker is not installed "
                   "(pip install 'toolsrv[search]')")
 
@@ -167,8 +164,8 @@ class SearchIndex:
         self._slot: dict[str, int] = {}
         self._tools: list[Any] = []                  # by slot; None: free
         self._free: list[int] = []
-        self._post: dict[str, Posting] = {}         # term -> (slots, their tfs)
-        self._terms: list[tuple[str, ...]] = []      # by slot: the terms it posted
+        self._post: dict[str, dict[int, float]] = {}
+        self._terms: list[dict[str, float]] = []     # by slot: what it posted
         self._dl: list[float] = []
         self._dl_total = 0.0
         self._arrays: dict[str, Any] = {}            # term -> (slots, tfs), numpy
@@ -223,7 +220,7 @@ class SearchIndex:
         slot = self._free.pop() if self._free else len(self._tools)
         if slot == len(self._tools):
             self._tools.append(None)
-            self._terms.append(())
+            self._terms.append({})
             self._dl.append(0.0)
         tf: dict[str, float] = {}
         texts = tool_fields(tool)
@@ -231,16 +228,12 @@ class SearchIndex:
             for w in words(texts.get(field, "")):
                 tf[w] = tf.get(w, 0.0) + weight
         dl = sum(tf.values())
-        self._tools[slot], self._terms[slot], self._dl[slot] = tool, tuple(tf), dl
+        self._tools[slot], self._terms[slot], self._dl[slot] = tool, tf, dl
         self._dl_total += dl
         self._slot[name] = slot
         post, arrays = self._post, self._arrays
         for w, f in tf.items():
-            p = post.get(w)
-            if p is None:
-                p = post[w] = (array("q"), array("d"))
-            p[0].append(slot)
-            p[1].append(f)
+            post.setdefault(w, {})[slot] = f
             arrays.pop(w, None)
         self._dl_arr = None
         self._vec_dirty.add(slot)
@@ -249,16 +242,13 @@ class SearchIndex:
         del self._slot[name]
         post, arrays = self._post, self._arrays
         for w in self._terms[slot]:
-            slots, tfs = post[w]
-            i = slots.index(slot)              # C speed; the last one fills the hole
-            last_s, last_f = slots.pop(), tfs.pop()
-            if i < len(slots):
-                slots[i], tfs[i] = last_s, last_f
-            if not slots:
+            p = post[w]
+            del p[slot]
+            if not p:
                 del post[w]
             arrays.pop(w, None)
         self._dl_total -= self._dl[slot]
-        self._tools[slot], self._terms[slot], self._dl[slot] = None, (), 0.0
+        self._tools[slot], self._terms[slot], self._dl[slot] = None, {}, 0.0
         self._free.append(slot)
         self._dl_arr = None
         self._vec_dirty.add(slot)
@@ -344,8 +334,8 @@ class SearchIndex:
             p = post.get(t)
             if not p:
                 continue
-            idf = self._idf(len(p[0]))
-            for s, f in zip(*p):
+            idf = self._idf(len(p))
+            for s, f in p.items():
                 norm = K1 * (1.0 - B + B * dl[s] / avgdl)
                 acc[s] = acc.get(s, 0.0) + idf * f * (K1 + 1.0) / (f + norm)
         return acc
@@ -390,13 +380,13 @@ arrays), so a query adds a few arrays; they are made again only after a change."
             fused[~self._alive] = 0.0
         return fused
 
-    def _weights_np(self, np: Any, p: Posting, key: tuple[int, float]) -> Any:
+    def _weights_np(self, np: Any, p: dict[int, float], key: tuple[int, float]) -> Any:
         """(slots, BM25 weight of the term in each) for one term's postings, and the
         (tool count, total length) they hold for: recomputed when either moves."""
-        ids = np.frombuffer(p[0], dtype=np.int64).copy()   # copies: the arrays grow later
-        f = np.frombuffer(p[1], dtype=np.float64).copy()
+        ids = np.fromiter(p.keys(), np.int64, len(p))
+        f = np.fromiter(p.values(), np.float64, len(p))
         norm = K1 * (1.0 - B + B * self._dl_arr[ids] / self._avgdl())
-        return ids, self._idf(len(ids)) * f * (K1 + 1.0) / (f + norm), key
+        return ids, self._idf(len(p)) * f * (K1 + 1.0) / (f + norm), key
 
     def _semantic(self, need: str) -> Any:
         """Cosines of every slot against the need (numpy array), or None."""
