@@ -165,7 +165,8 @@ class SearchIndex:
         self._tools: list[Any] = []                  # by slot; None: free
         self._free: list[int] = []
         self._post: dict[str, dict[int, float]] = {}
-        self._terms: list[dict[str, float]] = []     # by slot: what it posted
+        self._terms: list[tuple[str, ...]] = []      # by slot: the terms it posted
+        self._tfs: dict[float, float] = {}           # one float object per tf value
         self._dl: list[float] = []
         self._dl_total = 0.0
         self._arrays: dict[str, Any] = {}            # term -> (slots, tfs), numpy
@@ -220,7 +221,7 @@ class SearchIndex:
         slot = self._free.pop() if self._free else len(self._tools)
         if slot == len(self._tools):
             self._tools.append(None)
-            self._terms.append({})
+            self._terms.append(())
             self._dl.append(0.0)
         tf: dict[str, float] = {}
         texts = tool_fields(tool)
@@ -228,12 +229,12 @@ class SearchIndex:
             for w in words(texts.get(field, "")):
                 tf[w] = tf.get(w, 0.0) + weight
         dl = sum(tf.values())
-        self._tools[slot], self._terms[slot], self._dl[slot] = tool, tf, dl
+        self._tools[slot], self._terms[slot], self._dl[slot] = tool, tuple(tf), dl
         self._dl_total += dl
         self._slot[name] = slot
-        post, arrays = self._post, self._arrays
+        post, arrays, tfs = self._post, self._arrays, self._tfs
         for w, f in tf.items():
-            post.setdefault(w, {})[slot] = f
+            post.setdefault(w, {})[slot] = tfs.setdefault(f, f)
             arrays.pop(w, None)
         self._dl_arr = None
         self._vec_dirty.add(slot)
@@ -248,7 +249,7 @@ class SearchIndex:
                 del post[w]
             arrays.pop(w, None)
         self._dl_total -= self._dl[slot]
-        self._tools[slot], self._terms[slot], self._dl[slot] = None, {}, 0.0
+        self._tools[slot], self._terms[slot], self._dl[slot] = None, (), 0.0
         self._free.append(slot)
         self._dl_arr = None
         self._vec_dirty.add(slot)
