@@ -22,10 +22,11 @@ semantic ones from the query's floor, the mean cosine), and added with weights t
 public tool-retrieval sets (doc/search.md).  Scores are the fused value, printed with three
 decimals; ties break by name, so the order is deterministic.
 
-With numpy importable the scoring loops run as array operations (per-term arrays cached
-and dropped when a term's postings move); without it, plain dicts compute the same scores.
-All methods run on the event loop's thread, except `Semantic.load`, which the caller may
-run in a worker thread (tree/searchfile.py does).
+With numpy importable the scoring loops run as array operations (each term's BM25 weights
+kept as arrays, made again when its postings, the tool count or the total length move);
+without it, plain dicts compute the same scores.  Methods run on the event loop's thread,
+except the first build: tree/searchfile.py runs `load_semantic` and the first `sync` in a
+worker thread while every search waits for them (the registry hook only adds to a set).
 """
 from __future__ import annotations
 
@@ -169,7 +170,7 @@ class SearchIndex:
         self._tfs: dict[float, float] = {}           # one float object per tf value
         self._dl: list[float] = []
         self._dl_total = 0.0
-        self._arrays: dict[str, Any] = {}            # term -> (slots, tfs), numpy
+        self._arrays: dict[str, Any] = {}            # term -> (slots, weights, key), numpy
         self._dl_arr: Any = None                     # numpy: slot -> weighted length
         self._alive: Any = None                      # numpy: slot -> holds a tool
         self._vec: Any = None                        # slot -> embedding row

@@ -8,7 +8,9 @@ disabled, so nothing is ever fetched.  Nothing here is imported at server start-
 search.py makes a `Semantic` (which imports nothing), and the first search calls `load`
 (about a second, numpy and the tokenizer included), in a worker thread when served.
 A missing extra or a model that fails to load leaves `ready` False and `error` saying
-why: search is then lexical.  `embed` returns unit vectors (float32), so a dot product
+why: search is then lexical.  numpy is imported with one BLAS thread (unless the
+environment says otherwise): the one product per search is about a millisecond at 10,000
+tools, and a thread pool would take the cores the server's tools run on.  `embed` returns unit vectors (float32), so a dot product
 is the cosine.
 """
 from __future__ import annotations
@@ -39,7 +41,7 @@ class Semantic:
             if self.tried:
                 return self.ready
             try:
-                import numpy
+                numpy = _numpy_one_thread()
                 import wordllama
                 from wordllama import WordLlama
                 folder = os.path.dirname(os.path.abspath(wordllama.__file__))
@@ -59,3 +61,24 @@ class Semantic:
         """Unit-length embeddings of `texts`, one float32 row each."""
         vecs = self._model.embed(texts, norm=True)
         return self.np.asarray(vecs, dtype=self.np.float32)
+
+
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _numpy_one_thread() -> Any:
+    """numpy, imported with one BLAS thread (its pool reads these variables when it loads)
+    unless the environment sets them; the environment is left as it was, so the tools the
+    server runs see what they would have seen."""
+    saved = {v: os.environ.get(v) for v in _BLAS_THREADS}
+    try:
+        for v in _BLAS_THREADS:
+            os.environ.setdefault(v, "1")
+        import numpy
+    finally:
+        for v, old in saved.items():
+            if old is None:
+                os.environ.pop(v, None)
+            else:
+                os.environ[v] = old
+    return numpy

@@ -43,12 +43,13 @@ class ToolsrvFS:
         self.agent_files = agent_files   # .NAMES, .entry(agent dir, name, qid path) -> Node
         self.qids = Qids()
         self.attaches: list[tuple[str, str, str]] = []
+        self._paths_at = -1          # the revision whose tools have qid paths (_tools_file)
         r = self.root = Dir_("/", self.qids.path(("root",)), None, self._root_entries)
         self._fixed = [
             TextFile("revision", self.q("revision"), r, self._revision_text,
                      version=lambda: self.registry.revision),
             RevwaitFile("revwait", self.q("revwait"), r, self),
-            Dir_("tools", self.q("tools"), r, self._tools_entries),
+            ToolsDir("tools", self.q("tools"), r, self),
             SessionRoot("session", self.q("session"), r, self),
         ]
         store.on_remove_agent.append(self._forget_agent)
@@ -69,7 +70,7 @@ class ToolsrvFS:
         return f"{self.registry.revision}\n".encode()
 
     # -- tools/ --
-    def _tools_entries(self, d: Dir_) -> list[Node]:
+    def _tools_entries(self, d: Node, tools: bool = True) -> list[Node]:
         reg = self.registry
         nodes: list[Node] = [
             TextFile("index", self.q("tools", "index"), d, lambda: reg.index_text().encode()),
@@ -78,9 +79,26 @@ class ToolsrvFS:
         if self.searcher is not None:
             from .searchfile import SearchFile
             nodes.append(SearchFile("search", self.q("tools", "search"), d, self.searcher))
+        if not tools:
+            return nodes
         names = reg.names() if hasattr(reg, "names") else sorted(reg.tools)
         nodes += [ToolDir(name, self.q("tool", name), d, self) for name in names]
         return nodes
+
+    def _tools_file(self, d: Node, name: str) -> Node | None:
+        """tools/<name> without listing every tool: a file of the registry's, else the
+        tool's directory (a walk to tools/search must not build 10,000 nodes)."""
+        for n in self._tools_entries(d, tools=False):
+            if n.name == name:
+                return n
+        reg = self.registry
+        if reg.get(name) is None:
+            return None
+        if self._paths_at != reg.revision:    # paths in listing order, as a listing makes
+            self._paths_at = reg.revision     # them: once per revision, not per walk
+            for n in (reg.names() if hasattr(reg, "names") else sorted(reg.tools)):
+                self.q("tool", n)
+        return ToolDir(name, self.q("tool", name), d, self)
 
     def _forget_agent(self, a: Agent) -> None:
         s = a.session
@@ -152,6 +170,21 @@ def _stream_read(fid: Any, content: Callable[[], bytes], offset: int, count: int
     data = fid.aux["snapshot"][pos:pos + count]
     fid.aux["cursor"] = pos + len(data)
     return data
+
+
+class ToolsDir(Dir_):
+    """tools/: its files, then one directory per visible tool; a walk looks up the one
+    name it is given (ToolsrvFS._tools_file), without listing the others."""
+
+    def __init__(self, name: str, qpath: int, parent: Node, fs: ToolsrvFS) -> None:
+        super().__init__(name, qpath, parent)
+        self.fs = fs
+
+    def children(self) -> list[Node]:
+        return self.fs._tools_entries(self)
+
+    def lookup(self, name: str) -> Node | None:
+        return self.fs._tools_file(self, name)
 
 
 class ToolDir(Dir_):

@@ -103,7 +103,11 @@ class SearchFile(Node):
         done = fid.aux["searching"] = asyncio.get_running_loop().create_future()
 
         def keep(task: asyncio.Future[bytes]) -> None:
-            if not task.cancelled() and task.exception() is None:
+            if task.cancelled():
+                pass
+            elif task.exception() is not None:
+                log.error("search failed", exc_info=task.exception())
+            else:
                 fid.aux["search"] = task.result()
                 answered(fid, end)
             done.set_result(None)
