@@ -304,6 +304,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     help="directory with gorilla's data/api and data/apibench files")
     ap.add_argument("-n", type=int, default=10000, help="tools in the scale figures")
     opts = ap.parse_args(argv)
+    from toolsrv.registry.semantic import _numpy_one_thread
+    _numpy_one_thread()             # numpy as the server has it (before rank-bm25 loads it)
     rows: list[dict] = []
     sample = json.loads(SAMPLE.read_text())
     rows += quality_rows("own sample", sample)
