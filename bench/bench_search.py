@@ -23,9 +23,10 @@ Figures, each beside its baseline measured in the same run:
 The APIBench files are not shipped (this repository keeps no copy of fetched data): give
 `--apibench DIR`, a directory holding gorilla's data/api/*_api.jsonl and
 data/apibench/*_eval.json (github.com/ShishirPatil/gorilla), or set $TOOLSRV_APIBENCH.
-Without them those rows say so and the rest runs.
+Without them those rows say so and the rest runs.  `--sets FILE...` adds sets already
+converted to search_sample.json's form ({"tools": [...], "queries": [{"query", "relevant"}]}).
 
-    python bench/bench_search.py [--apibench DIR] [--quick] [--json FILE]
+    python bench/bench_search.py [--apibench DIR] [--sets FILE...] [--quick] [--json FILE]
 """
 from __future__ import annotations
 
@@ -303,6 +304,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--apibench", default=os.environ.get("TOOLSRV_APIBENCH"),
                     help="directory with gorilla's data/api and data/apibench files")
     ap.add_argument("-n", type=int, default=10000, help="tools in the scale figures")
+    ap.add_argument("--sets", nargs="*", default=[], metavar="FILE",
+                    help="more converted sets, each JSON in search_sample.json's form")
     opts = ap.parse_args(argv)
     from toolsrv.registry.semantic import _numpy_one_thread
     _numpy_one_thread()             # numpy as the server has it (before rank-bm25 loads it)
@@ -319,6 +322,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if opts.quick:
             data["queries"] = data["queries"][:60]
         rows += quality_rows(f"APIBench {label}", data)
+    for f in opts.sets:
+        rows += quality_rows(Path(f).stem, json.loads(Path(f).read_text()))
     rows += keyword_rows()
     rows += scale_rows(opts.n, 40 if opts.quick else 200)
     finish(rows, opts)
