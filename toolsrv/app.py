@@ -149,6 +149,7 @@ class App:
         self.addrs = [dial.parse(a) for a in opts.addrs] or [dial.default_addr()]
         self.runner: Any = None
         self.calls: Any = None
+        self.searcher: Any = None
         self.nostate: ServerDir | None = None   # the work base's nostate/ (_work_dir)
         self._sweeping: asyncio.Future[None] | None = None
         self.lock: Any = None         # statedir.StateLock, held while serving with state
@@ -156,6 +157,13 @@ class App:
     def _make_registry(self) -> Any:
         from .registry.registry import Registry
         return Registry(self.opts.tools if self.opts.tools is not None else default_tools_path())
+
+    def _make_searcher(self) -> Any:
+        """tools/search's index: made now (it follows the registry from here on), built
+        and its model loaded on the first search, never at start-up."""
+        from .registry.search import SearchIndex
+        from .tree.searchfile import Searcher
+        return Searcher(SearchIndex(self.registry))
 
     def _peer_check(self, peer: Peer) -> str | None:
         """Why a peer may not connect (an Rerror string), or None."""
@@ -213,8 +221,10 @@ class App:
         for problem in self.store.restore():
             print(f"toolsrv: {problem}", file=sys.stderr)
         self.store.start_writer()      # state saves from now on off the event loop, grouped
+        self.searcher = self._make_searcher()
         self.fs = ToolsrvFS(self.registry, self.store, revwait_timeout=opts.revwait_timeout,
-                            status=getattr(self.runner, "status_text", None))
+                            status=getattr(self.runner, "status_text", None),
+                            searcher=self.searcher)
         self._start_calls()
         self.gate = Gate(opts.max_conns, opts.max_conns_per_peer, self._peer_check)
 

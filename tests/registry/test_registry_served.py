@@ -37,7 +37,7 @@ def test_tools_files(served):
     assert meta["description"] == "first tool"
     assert json.loads(c.read("tools/alpha/schema")) == {"type": "object"}
     assert c.read("tools/alpha/prompt") == b"## alpha\n"
-    assert [x.name for x in c.ls("tools")] == ["index", "errors", "alpha"]
+    assert [x.name for x in c.ls("tools")] == ["index", "errors", "search", "alpha"]
     with pytest.raises(ClientError, match="file not found"):
         c.read("tools/broken/meta")
 

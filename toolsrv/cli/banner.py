@@ -18,6 +18,19 @@ def _prog() -> str:
     return os.path.relpath(argv0)
 
 
+def search_mode() -> str:
+    """What tools/search will rank with, told without importing the search extra."""
+    import importlib.util
+    try:
+        found = importlib.util.find_spec("wordllama") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return ("lexical only: the semantic ranker is not installed "
+                "(pip install 'toolsrv[search]')")
+    return "lexical + semantic (the model loads on the first search)"
+
+
 def banner(app: Any) -> str:
     reg = app.registry
     addr = str(app.addrs[0])
@@ -34,6 +47,8 @@ def banner(app: Any) -> str:
              f"toolsrv: {len(reg.tools)} tools loaded from {':'.join(getattr(reg, 'dirs', []))}",
              f"toolsrv: {len(errors)} in tools/errors"
              + (f" (see: {cmd('read', 'tools/errors')})" if errors else "")]
+    if getattr(app, "searcher", None) is not None:
+        lines.append(f"toolsrv: search: {search_mode()} (see: {cmd('search', 'read a file')})")
     if app.runner is not None and hasattr(app.runner, "summary"):
         lines.append(f"toolsrv: sandbox: {app.runner.summary()}")
     lines.append("toolsrv: try, in another terminal (a session that `call` makes works in "

@@ -3,6 +3,7 @@
     toolsrv serve [-a ADDR]... [--tools PATH[:PATH]] [--state DIR] [-D]
     toolsrv ls [-l] | read | write | rdwr [DATA] | stat | mkdir | rm  [-a ADDR] PATH
     toolsrv call [--cwd DIR] SESSION AGENT TOOL JSON
+    toolsrv search [-n LIMIT] WORDS...   (the tools that fit a need: tools/search)
     toolsrv sandbox check [PROFILE]      toolsrv approve [--allow TOOL...]
     toolsrv mount [MOUNTPOINT]           toolsrv umount [MOUNTPOINT]
     toolsrv import-mcp [--prefix P] [--dir DIR] [--force] -- COMMAND [ARGS...]
@@ -32,8 +33,8 @@ def _addr_arg(p: argparse.ArgumentParser) -> None:
                    help="dial string (default unix!$NAMESPACE/toolsrv or $TOOLSRV_ADDR)")
 
 
-VERBS = ("serve", "ls", "read", "write", "rdwr", "stat", "mkdir", "rm", "call", "sandbox",
-         "approve", "mount", "umount", "import-mcp", "mcp")
+VERBS = ("serve", "ls", "read", "write", "rdwr", "stat", "mkdir", "rm", "call", "search",
+         "sandbox", "approve", "mount", "umount", "import-mcp", "mcp")
 
 
 def build_parser(only: str | None = None,
@@ -68,6 +69,13 @@ def build_parser(only: str | None = None,
                        "(default, for a session this creates: the current directory)")
         for name in ("session", "agent", "tool", "json"):
             c.add_argument(name)
+    if only in (None, "search"):
+        c = sub.add_parser("search", help="the tools that fit a need, best first "
+                           "(name, score, description)")
+        _addr_arg(c)
+        c.add_argument("-n", "--limit", type=int, metavar="N",
+                       help="how many tools (default 10, at most 100)")
+        c.add_argument("words", nargs="+", help="the need, in words")
     if only in (None, "sandbox"):
         sb = sub.add_parser("sandbox", help="sandbox profiles")
         sb.add_argument("action", choices=["check"])
@@ -435,8 +443,9 @@ def client_verb(args: Any) -> int:
     try:
         return _run_verb(c, args)
     except ClientError as e:
-        print(f"toolsrv: {args.path if hasattr(args, 'path') else args.tool}: {e}",
-              file=sys.stderr)
+        what = args.path if hasattr(args, "path") else \
+            "tools/search" if args.verb == "search" else args.tool
+        print(f"toolsrv: {what}: {e}", file=sys.stderr)
         return 1
     finally:
         c.close()
@@ -475,6 +484,9 @@ def _run_verb(c: Any, args: Any) -> int:
         c.mkdir(args.path)
     elif v == "rm":
         c.rm(args.path)
+    elif v == "search":
+        head = f"limit {args.limit}\n" if args.limit is not None else ""
+        out.write(c.rdwr("tools/search", (head + " ".join(args.words) + "\n").encode()))
     elif v == "call":
         from .shortcut import call
         out.write(call(c, args.session, args.agent, args.tool, args.json,

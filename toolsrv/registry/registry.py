@@ -14,7 +14,8 @@ answer changed), re-evaluates only those, and compares the outcome with the prev
 `revision` grows by one per pass that changed what is served, never otherwise: a touch, or
 a re-check that finds the host unchanged, leaves it alone.  `load()` turns revision 0
 ("nothing loaded") into 1, whatever it finds.  Waiters (`wait_change`) and subscribers
-run after each bump.
+run after each bump;
+`on_tool_change` hooks hear each name whose served Tool moved, as it moves.
 
 Name clashes: the first directory of the path holding `<name>.meta` owns the name,
 whatever that file's state; the same name further down is listed as shadowed.  Watching
@@ -97,6 +98,7 @@ class Registry:
         self._errors: tuple[list[tuple[str, str]], str] | None = None
         self._waiters: set[asyncio.Future[int]] = set()
         self._subscribers: list[Callable[[int], None]] = []
+        self._movers: list[Callable[[str], None]] = []  # told each name whose Tool moved
         self._follower: Follower | None = None
 
     # --- what is served ---------------------------------------------------------------
@@ -310,6 +312,8 @@ class Registry:
             elif self._names is not None:  # same place, new line
                 self._lines[bisect.bisect_left(self._names, name)] = new_tool.index_line
             self._index = None
+            for fn in self._movers:
+                fn(name)
         old_errs, new_errs = old.errors if old else (), new.errors if new else ()
         if old_errs != new_errs:
             self._errors = None
@@ -386,6 +390,11 @@ class Registry:
         """Call `fn(revision)` after each bump; returns a function that unsubscribes."""
         self._subscribers.append(fn)
         return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
+
+    def on_tool_change(self, fn: Callable[[str], None]) -> None:
+        """Call `fn(name)` whenever the Tool served as `name` moves (added, changed or
+        gone), during the pass that moves it, before the bump (search.py's index)."""
+        self._movers.append(fn)
 
     async def start(self) -> None:
         """Start following the disk (inotify, else polling) and the periodic re-check of

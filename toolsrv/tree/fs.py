@@ -1,6 +1,6 @@
 """The toolsrv namespace (DESIGN.md section 2), generated from live state.
 
-    /revision  /revwait  /tools/{index,errors,<tool>/{meta,schema,prompt}}
+    /revision  /revwait  /tools/{index,errors,search,<tool>/{meta,schema,prompt}}
     /session/<id>/{cwd,sandbox,agent/<name>/...}
 
 Every node is built on demand from the registry and the session store; the
@@ -35,19 +35,21 @@ class ToolsrvFS:
     """Builds the tree and answers Tattach with its root."""
 
     def __init__(self, registry: Any, store: SessionStore, *, revwait_timeout: float = 60.0,
-                 agent_files: Any = None, status: Any = None) -> None:
+                 agent_files: Any = None, status: Any = None, searcher: Any = None) -> None:
         self.registry = registry
+        self.searcher = searcher   # searchfile.Searcher: tools/search; None: no such file
         self.store = store
         self.revwait_timeout = revwait_timeout
         self.agent_files = agent_files   # .NAMES, .entry(agent dir, name, qid path) -> Node
         self.qids = Qids()
         self.attaches: list[tuple[str, str, str]] = []
+        self._paths_at = -1          # the revision whose tools have qid paths (_tools_file)
         r = self.root = Dir_("/", self.qids.path(("root",)), None, self._root_entries)
         self._fixed = [
             TextFile("revision", self.q("revision"), r, self._revision_text,
                      version=lambda: self.registry.revision),
             RevwaitFile("revwait", self.q("revwait"), r, self),
-            Dir_("tools", self.q("tools"), r, self._tools_entries),
+            ToolsDir("tools", self.q("tools"), r, self),
             SessionRoot("session", self.q("session"), r, self),
         ]
         if status is not None:  # the runner's figures (toolsrv/run/runner.py, status_text)
@@ -71,15 +73,35 @@ class ToolsrvFS:
         return f"{self.registry.revision}\n".encode()
 
     # -- tools/ --
-    def _tools_entries(self, d: Dir_) -> list[Node]:
+    def _tools_entries(self, d: Node, tools: bool = True) -> list[Node]:
         reg = self.registry
         nodes: list[Node] = [
             TextFile("index", self.q("tools", "index"), d, lambda: reg.index_text().encode()),
             TextFile("errors", self.q("tools", "errors"), d, lambda: reg.errors_text().encode()),
         ]
+        if self.searcher is not None:
+            from .searchfile import SearchFile
+            nodes.append(SearchFile("search", self.q("tools", "search"), d, self.searcher))
+        if not tools:
+            return nodes
         names = reg.names() if hasattr(reg, "names") else sorted(reg.tools)
         nodes += [ToolDir(name, self.q("tool", name), d, self) for name in names]
         return nodes
+
+    def _tools_file(self, d: Node, name: str) -> Node | None:
+        """tools/<name> without listing every tool: a file of the registry's, else the
+        tool's directory (a walk to tools/search must not build 10,000 nodes)."""
+        for n in self._tools_entries(d, tools=False):
+            if n.name == name:
+                return n
+        reg = self.registry
+        if reg.get(name) is None:
+            return None
+        if self._paths_at != reg.revision:    # paths in listing order, as a listing makes
+            self._paths_at = reg.revision     # them: once per revision, not per walk
+            for n in (reg.names() if hasattr(reg, "names") else sorted(reg.tools)):
+                self.q("tool", n)
+        return ToolDir(name, self.q("tool", name), d, self)
 
     def _forget_agent(self, a: Agent) -> None:
         s = a.session
@@ -151,6 +173,21 @@ def _stream_read(fid: Any, content: Callable[[], bytes], offset: int, count: int
     data = fid.aux["snapshot"][pos:pos + count]
     fid.aux["cursor"] = pos + len(data)
     return data
+
+
+class ToolsDir(Dir_):
+    """tools/: its files, then one directory per visible tool; a walk looks up the one
+    name it is given (ToolsrvFS._tools_file), without listing the others."""
+
+    def __init__(self, name: str, qpath: int, parent: Node, fs: ToolsrvFS) -> None:
+        super().__init__(name, qpath, parent)
+        self.fs = fs
+
+    def children(self) -> list[Node]:
+        return self.fs._tools_entries(self)
+
+    def lookup(self, name: str) -> Node | None:
+        return self.fs._tools_file(self, name)
 
 
 class ToolDir(Dir_):
@@ -399,7 +436,8 @@ class AgentScope:
     """What the connection handed to one agent's tool (client9p profile) may do.
 
     It may read the registry and its own agent's files, write its own agent's
-    ctl and call files and `revwait` (to wait for a change), and nothing else: no
+    ctl, search and call files, `revwait` (to wait for a change) and `tools/search`
+    (to find a tool), and nothing else: no
     other session or agent is visible, and cwd, sandbox, mkdir and rm are refused, so
     a model cannot use the server to widen its own sandbox.
     """
@@ -413,10 +451,10 @@ class AgentScope:
             p[1] == self.session and (len(p) < 4 or p[3] == self.agent))
         if op == "walk" and mine:
             return
-        if op == "write" and p == ("revwait",):   # the wait for a change (fs.RevwaitFile)
+        if op == "write" and p in (("revwait",), ("tools", "search")):  # a wait, a search
             return
         if op == "write" and mine and len(p) >= 5 and (
-                p[4] == "ctl" and len(p) == 5 or
+                p[4] in ("ctl", "search") and len(p) == 5 or
                 len(p) == 7 and p[4] == "tools" and p[6] == "call"):
             return
         what = "/".join(p) or "/"

@@ -48,8 +48,11 @@ class Calls:
         self.max_args = getattr(app.opts, "max_args", MAX_ARGS)
         self.store.on_remove_agent.append(lambda a: self.sched.kill(a))
         self.store.on_remove_agent.append(self.sched.residents.drop_agent)
+        self.searcher = getattr(app, "searcher", None)
+        if self.searcher is not None:
+            self.NAMES = self.NAMES + ("search",)
 
-    NAMES = ("ctl", "log", "schemas", "tools")   # an agent's files (fs.AgentDir)
+    NAMES: tuple[str, ...] = ("ctl", "log", "schemas", "tools")   # an agent's files
 
     def entry(self, d: AgentDir, name: str, q: int) -> Node:
         """The agent file `name`, with qid path q."""
@@ -62,6 +65,9 @@ class Calls:
         if name == "log":
             return TextFile("log", q, d, lambda: bytes(a.log),
                             append=True, quiet_remove=True)
+        if name == "search":
+            from .searchfile import AgentSearchFile
+            return AgentSearchFile("search", q, d, self.searcher, a)
         return TextFile("schemas", q, d, lambda: json_text(self.schemas(a)),
                         quiet_remove=True)
 

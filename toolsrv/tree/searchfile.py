@@ -1,0 +1,201 @@
+"""The search files: `tools/search` (answers on the writing fid) and an agent's `search`
+(keeps that agent's last answer for any reader).
+
+Theory of operation.  A Twrite is one need (offsets ignored, as with `call`): it is parsed
+and searched on that Twrite, so every error (an empty need, one over 4 KiB, a malformed
+`limit` line) is an Rerror on the write, where 9pfuse users see it.  The answer is kept:
+  tools/search                  on the fid (`node.answer_read`): read it on the same fid;
+                                write again on that fid for a new search.  A fid that wrote
+                                nothing reads end of file at once.
+  session/S/agent/A/search      on the agent: any fid reads the agent's last answer, so a
+                                shell's `echo need > search; cat search` (9pfuse opens
+                                separate fids for the two) works.
+The first search of a server loads the semantic model and indexes every tool (about a
+second): that runs in a worker thread (`Searcher.prepare`), and the write waits for it
+without blocking the connection; searches after it run on the event loop (a few ms).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable
+
+from ..errors import P9Error
+from ..registry.search import LIMIT_DEFAULT, NEED_MAX, SearchIndex, answer_text, parse_need
+from .node import Node, answer_read, answered, snapshot_read
+
+log = logging.getLogger("toolsrv.search")
+
+
+class Searcher:
+    """The server's one search: a SearchIndex and its first-search preparation."""
+
+    def __init__(self, index: SearchIndex) -> None:
+        self.index = index
+        self._preparing: asyncio.Future[None] | None = None
+        self._prepared = False
+
+    def prepare(self) -> None:
+        """Load the model and build the index (blocking; run in a worker thread)."""
+        self.index.load_semantic()
+        self.index.sync()
+
+    def answer(self, aux: dict, data: bytes, final: bool = False
+               ) -> tuple[str, bytes | Awaitable[bytes] | None]:
+        """(the need, the answer to one write or an awaitable of it: the first search);
+        raises P9Error for a need that cannot be searched.  The answer is None when the
+        write is kept for the fid's next one (`aux`): a `limit N` line alone, or exactly
+        4 KiB with no newline (9pfuse cuts a longer write(2) into 4 KiB Twrites)."""
+        data = aux.pop("piece", b"") + data
+        if len(data) == NEED_MAX and not data.endswith(b"\n") and not final:
+            aux["piece"] = data
+            return "", None
+        need, limit = parse_need(data, aux.pop("limit", LIMIT_DEFAULT))
+        if not need:
+            aux["limit"] = limit
+            return "", None
+        if self._prepared:
+            return need, self._run(need, limit)
+        return need, self._first(need, limit)
+
+    def held(self, aux: dict) -> bytes | Awaitable[bytes] | None:
+        """The answer to a 4 KiB piece still kept when its fid reads (nothing followed)."""
+        piece = aux.pop("piece", None)
+        return None if piece is None else self.answer(aux, piece, final=True)[1]
+
+    async def _first(self, need: str, limit: int) -> bytes:
+        if self._preparing is None:
+            self._preparing = asyncio.ensure_future(asyncio.to_thread(self.prepare))
+        try:
+            await asyncio.shield(self._preparing)
+        except Exception:     # the index still ranks lexically what it has
+            log.exception("search: preparing the index failed")
+        self._prepared = True
+        return self._run(need, limit)
+
+    def _run(self, need: str, limit: int) -> bytes:
+        hits = self.index.search(need, limit)
+        return answer_text(hits, self.index.notice())
+
+
+class SearchFile(Node):
+    """tools/search: write a need, read the answer on the same fid."""
+
+    perm = 0o666
+
+    def __init__(self, name: str, qpath: int, parent: Node, searcher: Searcher) -> None:
+        super().__init__(name, qpath, parent)
+        self.searcher = searcher
+
+    def write(self, fid: Any, offset: int, data: bytes) -> Any:
+        got = self.searcher.answer(fid.aux, data)[1]
+        if got is not None:
+            self._take(fid, got, offset + len(data))
+        return len(data)
+
+    def _take(self, fid: Any, got: Any, end: int) -> None:
+        """Keep the answer on the fid, now or when the first search has it (a read that
+        comes meanwhile, pipelined, waits for it)."""
+        if isinstance(got, bytes):
+            fid.aux["search"] = got
+            answered(fid, end)
+            return
+        done = fid.aux["searching"] = asyncio.get_running_loop().create_future()
+
+        def keep(task: asyncio.Future[bytes]) -> None:
+            if task.cancelled():
+                pass
+            elif task.exception() is not None:
+                log.error("search failed", exc_info=task.exception())
+            else:
+                fid.aux["search"] = task.result()
+                answered(fid, end)
+            done.set_result(None)
+        asyncio.ensure_future(got).add_done_callback(keep)
+
+    def read(self, fid: Any, offset: int, count: int) -> Any:
+        if "piece" in fid.aux:           # a 4 KiB write that nothing followed: search it
+            got = self.searcher.held(fid.aux)
+            self._take(fid, got, fid.aux.get("wrote", 0))
+        done = fid.aux.get("searching")
+        if done is not None and not done.done():
+            async def later() -> bytes:
+                await asyncio.shield(done)
+                return self.read(fid, offset, count)
+            return later()
+        if "search" not in fid.aux:
+            return b""
+        return answer_read(fid, lambda: fid.aux["search"], offset, count)
+
+    def truncate(self, fid: Any) -> None:
+        return None
+
+
+class AgentSearchFile(Node):
+    """session/S/agent/A/search: write a need; any read returns this agent's last answer.
+    Each search, and each refused need, gets a line in the agent's log."""
+
+    perm = 0o666
+
+    def __init__(self, name: str, qpath: int, parent: Node, searcher: Searcher,
+                 agent: Any) -> None:
+        super().__init__(name, qpath, parent)
+        self.searcher, self.a = searcher, agent
+
+    def _answer(self) -> bytes:
+        return bytes(self.a.extra.get("search", b""))
+
+    def length(self) -> int:
+        return len(self._answer())
+
+    def write(self, fid: Any, offset: int, data: bytes) -> Any:
+        try:
+            need, got = self.searcher.answer(fid.aux, data)
+        except P9Error as e:
+            self.a.note(f"search -> error: {e.full}")
+            raise
+        if got is None:
+            return len(data)
+        if isinstance(got, bytes):
+            self._keep(got, need)
+            return len(data)
+        done = self.a.extra["searching"] = asyncio.Event()   # a pipelined read waits
+
+        async def later() -> int:
+            try:
+                self._keep(await got, need)
+            finally:
+                done.set()
+            return len(data)
+        return later()
+
+    def _keep(self, answer: bytes, need: str) -> None:
+        self.a.extra["search"] = answer
+        found = sum(1 for ln in answer.splitlines() if ln and not ln.startswith(b"#"))
+        self.a.note(f"search {need[:100]!r} -> {found} tools")
+
+    def clunk(self, fid: Any) -> None:
+        """A 4 KiB piece that nothing followed is searched when its writer closes."""
+        if "piece" in fid.aux:
+            try:
+                got = self.searcher.held(fid.aux)
+            except P9Error as e:
+                self.a.note(f"search -> error: {e.full}")
+                return
+            if isinstance(got, bytes):
+                self._keep(got, "(4 KiB need)")
+
+    def read(self, fid: Any, offset: int, count: int) -> Any:
+        done = self.a.extra.get("searching")
+        if done is not None and not done.is_set():
+            async def later() -> bytes:
+                await done.wait()
+                return snapshot_read(fid, self._answer, offset, count)
+            return later()
+        return snapshot_read(fid, self._answer, offset, count)
+
+    def truncate(self, fid: Any) -> None:
+        return None
+
+    def remove(self) -> None:
+        return None
