@@ -22,7 +22,9 @@ Figures, each beside its baseline measured in the same run:
 
 The APIBench files are not shipped (this repository keeps no copy of fetched data): give
 `--apibench DIR`, a directory holding gorilla's data/api/*_api.jsonl and
-data/apibench/*_eval.json (github.com/ShishirPatil/gorilla), or set $TOOLSRV_APIBENCH.
+data/apibench/*_eval.json (github.com/ShishirPatil/gorilla), or set $TOOLSRV_APIBENCH;
+by default ../shared/data/apibench beside the project, where this workplace keeps them
+(fetched data may be kept only there, not committed: doc/search.md).
 Without them those rows say so and the rest runs.  `--sets FILE...` adds sets already
 converted to search_sample.json's form ({"tools": [...], "queries": [{"query", "relevant"}]}).
 
@@ -301,7 +303,9 @@ def rss_rows(tools_dir: str, n: int, samples: int) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = parser(__doc__)
-    ap.add_argument("--apibench", default=os.environ.get("TOOLSRV_APIBENCH"),
+    shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "apibench"
+    ap.add_argument("--apibench", default=os.environ.get("TOOLSRV_APIBENCH") or
+                    (str(shared) if shared.is_dir() else None),
                     help="directory with gorilla's data/api and data/apibench files")
     ap.add_argument("-n", type=int, default=10000, help="tools in the scale figures")
     ap.add_argument("--sets", nargs="*", default=[], metavar="FILE",
