@@ -328,9 +328,9 @@ class App:
             return None, None
         runner = Runner(RunnerConfig(timeout=self.opts.timeout, run_as=self.opts.run_as,
                                      warm=self.opts.warm))
-        if not self.opts.warm:
-            from .registry import warmstart
-            warmstart.OFF = "warm starts are off (toolsrv serve --no-warm)"
+        from .registry import warmstart
+        warmstart.OFF = None if self.opts.warm else \
+            "warm starts are off (toolsrv serve --no-warm)"
         return runner, runner.tool_uid()
 
     def _check_profile(self, name: str) -> None:

@@ -452,3 +452,36 @@ def test_a_warm_interpreter_has_no_capabilities_and_the_tools_uid(hw: Harness) -
         uid = hw.uid[0] if hw.uid else os.getuid()
         assert st["Uid"].split() == [str(uid)] * 4
         assert st["NSpid"].split()[-1] == "1"  # pid 1 of its own namespace
+
+
+@pytest.mark.parametrize("serve_warm", [True, False])
+def test_meta_and_the_log_say_how_a_tool_starts(serve_warm: bool) -> None:
+    """Through a whole server: `"warm": false` in a .meta, and `serve --no-warm`, start a
+    Python tool cold, and tools/<tool>/meta says why under "start"."""
+    from apphelpers import AppThread, add_tool, tools_dir
+    from toolsrv.cli.client import Client
+    d = tools_dir()
+    body = "#!/usr/bin/env python3\nimport sys\nprint(sys.stdin.read())\n"
+    add_tool(d, "warmed", body)
+    add_tool(d, "chilled", body, {"warm": False})
+    app = AppThread([d], warm=serve_warm).start()
+    try:
+        with Client.connect(app.addr) as c:
+            starts = {t: json.loads(c.read(f"tools/{t}/meta"))["start"]
+                      for t in ("warmed", "chilled")}
+            c.mkdir("session/m")
+            c.mkdir("session/m/agent/a")
+            c.rdwr("session/m/agent/a/ctl", b"tool_load warmed chilled")
+            for t in ("warmed", "chilled"):
+                assert c.rdwr(f"session/m/agent/a/tools/{t}/call", b"{}") == b"{}\n"
+            status = c.read("status").decode()
+    finally:
+        app.cleanup()
+        warmstart.OFF = None
+    assert starts["chilled"] == {"warm": False, "why": '"warm": false in the .meta'}
+    if serve_warm:
+        assert starts["warmed"]["warm"] is True and "warm: on" in status
+    else:
+        assert starts["warmed"] == {"warm": False,
+                                    "why": "warm starts are off (toolsrv serve --no-warm)"}
+        assert "warm: off" in status and "0 made warm" in status

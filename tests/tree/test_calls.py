@@ -46,6 +46,10 @@ def srv():
     add_tool(d, "echo", "#!/bin/sh\ncat\n", {"readOnly": True})
     add_tool(d, "fail", "#!/bin/sh\necho partial\necho 'first problem' >&2\necho 'bad things happened' >&2\nexit 3\n")
     add_tool(d, "sleeper", "#!/bin/sh\nexec sleep \"$(sed 's/[^0-9.]//g')\"\n")
+    # the same, warm (a fork of a warm python3): its sleep child carries the marker
+    add_tool(d, "pysleeper", "#!/usr/bin/python3\nimport json, subprocess, sys, time\n"
+             "t = json.load(sys.stdin)['t']\nsubprocess.Popen(['sleep', t])\n"
+             "time.sleep(float(t))\n")
     add_tool(d, "typed", "#!/bin/sh\ncat\n", {"args": {
         "type": "object", "required": ["path"], "additionalProperties": False,
         "properties": {"path": {"type": "string"}, "n": {"type": "integer", "minimum": 1}}}})
@@ -152,11 +156,12 @@ def _wait_for(pred, what: str, limit: float = 15.0) -> None:
     raise AssertionError(f"gave up waiting for {what}")
 
 
-def test_flush_of_the_read_kills_the_run(srv):
+@pytest.mark.parametrize("tool", ["sleeper", "pysleeper"])
+def test_flush_of_the_read_kills_the_run(srv, tool):
     with connect(srv) as c:
-        a = agent(c, "s6", "a", "sleeper")
+        a = agent(c, f"s6{tool}", "a", tool)
         f = next(_fids)
-        c.walk(0, f, a + "/tools/sleeper/call")
+        c.walk(0, f, a + f"/tools/{tool}/call")
         c.open(f, ORDWR)
         c.write(f, b'{"t": "61.125"}')
         _wait_for(lambda: _procs("61.125"), "the tool to start")
@@ -175,25 +180,27 @@ def test_flush_of_the_read_kills_the_run(srv):
         t.join(10)
         assert box == {"e": "interrupted"}
         _wait_for(lambda: not _procs("61.125"), "the run to die")
-        _wait_for(lambda: read(c, a + "/tools/sleeper/status").startswith(b"killed"), "status")
+        _wait_for(lambda: read(c, a + f"/tools/{tool}/status").startswith(b"killed"), "status")
 
 
+@pytest.mark.parametrize("tool", ["sleeper", "pysleeper"])
 @pytest.mark.parametrize("how", ["cancel", "unload", "rm-agent", "rm-session"])
-def test_cancel_unload_and_removal_kill_the_run(srv, how):
+def test_cancel_unload_and_removal_kill_the_run(srv, how, tool):
     marker = {"cancel": "62.1", "unload": "62.2", "rm-agent": "62.3", "rm-session": "62.4"}[how]
+    marker += "1" if tool == "pysleeper" else ""
     with connect(srv) as c:
-        s = f"k{how}"
-        a = agent(c, s, "a", "sleeper")
+        s = f"k{how}{tool}"
+        a = agent(c, s, "a", tool)
         f = next(_fids)
-        c.walk(0, f, a + "/tools/sleeper/call")
+        c.walk(0, f, a + f"/tools/{tool}/call")
         c.open(f, OWRITE)
         c.write(f, json.dumps({"t": marker + "25"}).encode())
         c.clunk(f)
         _wait_for(lambda: _procs(marker + "25"), "the tool to start")
         if how == "cancel":
-            rdwr(c, a + "/ctl", b"cancel sleeper")
+            rdwr(c, a + "/ctl", f"cancel {tool}".encode())
         elif how == "unload":
-            rdwr(c, a + "/ctl", b"tool_unload sleeper")
+            rdwr(c, a + "/ctl", f"tool_unload {tool}".encode())
         else:
             g = next(_fids)
             c.walk(0, g, a if how == "rm-agent" else f"session/{s}")
