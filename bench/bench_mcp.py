@@ -13,8 +13,10 @@ Figures and their baselines, all measured in this run:
                 same change seen by a direct 9P client blocked on `revwait` (the registry's
                 own watch latency, the floor under any notification), both timed from the
                 same write: target <= 100 ms at the median.
-  resident      a resident echo through the face against the SDK's in-process no-op: not
-                measured; resident tools (issue 17) are not in this tree yet.
+  resident      a resident python3 JSON echo (issue 17's lines protocol, bench_resident's)
+                called through `toolsrv mcp`, against the SDK's in-process no-op tool over
+                stdio: informative (the face's floor: MCP over stdio, then 9P to a process
+                that is up already).
 
     python bench/bench_mcp.py [--quick] [--json FILE]
 """
@@ -111,7 +113,9 @@ async def list_changed(face: Any, srv: ToolsrvProcess, tools: str, n: int
 async def run(opts: Any) -> list[dict]:
     import contextlib
     q = opts.quick
-    tools = make_tools_dir({"flip": (ECHO_SH, {**ECHO_META, "description": "flip"})})
+    from .bench_resident import RES_ECHO, RES_META
+    tools = make_tools_dir({"flip": (ECHO_SH, {**ECHO_META, "description": "flip"}),
+                            "recho": (RES_ECHO, RES_META)})
     rows: list[dict] = []
     srv = ToolsrvProcess(tools).start()
     try:
@@ -141,9 +145,13 @@ async def run(opts: Any) -> list[dict]:
             async def rdwr() -> None:
                 if await nine.rdwr("session/bench/agent/a/tools/echo/call", PAYLOAD) != PAYLOAD:
                     raise RuntimeError("rdwr of echo failed")
+            async def resident() -> None:
+                r = await face.call_tool("recho", ARGS)
+                if r.is_error:
+                    raise RuntimeError(f"toolsrv mcp recho failed: {r}")
             got = await windows({"face": through(face), "alone": through(alone),
                                  "sdk": lambda: echo_call(sdk), "rdwr": rdwr,
-                                 "noop": lambda: noop_call(sdk)},
+                                 "noop": lambda: noop_call(sdk), "res": resident},
                                 rounds=5, per=20 if q else 100)
             nine.close()
             L = {k: lat(v) for k, v in got.items()}
@@ -174,9 +182,10 @@ async def run(opts: Any) -> list[dict]:
                             "<= 100 ms", ln["median"] <= 100.0,
                             "from the write of the .meta to the notification at the SDK's "
                             "client; the baseline is the registry's own watch latency"))
-            rows.append(row(B, "resident echo through toolsrv mcp", "ms", None,
-                            "MCP SDK in-process no-op", None, "", None,
-                            "not measured: resident tools (issue 17) are not in this tree"))
+            rows.append(row(B, "resident echo through toolsrv mcp (stdio)", "ms", L["res"],
+                            "MCP SDK server's in-process no-op", L["noop"], "informative",
+                            None, "a resident python3 echo (lines protocol), up already: "
+                            "MCP over stdio, 9P, one line each way, sandboxed"))
     finally:
         srv.stop()
     return rows
