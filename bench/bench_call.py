@@ -213,7 +213,7 @@ async def concurrent_py(srv: ToolsrvProcess, k: int, windows: int,
                                   True) for i, c in enumerate(conns)]
     sh = [lambda c=c, i=i: c.rdwr(7, call_path(f"a{i}"), PAYLOAD, True)
           for i, c in enumerate(conns)]
-    await window(py, 0.5)
+    await window(py, 2.0)  # the warm pool grows to the concurrency (each a python start)
     rates: dict[str, list[float]] = {"py": [], "sh": []}
     for _ in range(windows):
         for name, ws in (("py", py), ("sh", sh)):
@@ -296,6 +296,10 @@ async def run(opts: object, tools: str) -> list[dict]:
         seq_exchange(wb, 200)
         seq_rdwr(wr, 20, True)
         await seq_async(direct.call, 20)
+        py_first = timed(lambda: wr.rdwr(7, call_path("a1")[:-2] + ("pyecho", "call"), PAYLOAD,
+                                         True), 1)  # the interpreter's start, once
+        for _ in range(10):
+            wr.rdwr(7, call_path("a1")[:-2] + ("pyecho", "call"), PAYLOAD, True)
         s: dict[str, list[float]] = {k: [] for k in ("own", "own_step", "mcp_noop", "real",
                                                       "direct", "mcp_sh", "cli", "cli_step",
                                                       "own_uv", "py", "echo", "burn",
@@ -388,6 +392,10 @@ async def run(opts: object, tools: str) -> list[dict]:
                         "sh echo call (rdwr)", L["real"], "<= 1.5x",
                         L["py"]["median"] <= 1.5 * L["real"]["median"],
                         "a #!/usr/bin/env python3 tool forked from a warm interpreter"))
+        rows.append(row(B, "first python3 call of a kind (warm interpreter's start)", "ms",
+                        one(py_first[0] * 1e3), "python3 JSON echo call, warm", L["py"],
+                        "informative", None, "an idle init turned warm: exec of the "
+                        "interpreter, the warmed imports, the boot; once per warm init"))
         if mcp is not None:
             rows.append(row(B, "bundled file_read call (rdwr), warm", "ms", L["fr"],
                             "MCP SDK server's in-process file_read, stdio", L["mcp_fr"],

@@ -35,6 +35,8 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import gc
+import importlib.util
 import io
 import json
 import mmap
@@ -186,11 +188,14 @@ def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
     _check(_libc.prctl(1, signal.SIGKILL, 0, 0, 0))  # PR_SET_PDEATHSIG, as a cold init
     rules, filt = RuleCache(), Filter()
     buf = mmap.mmap(-1, MAX_PACKET, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    import importlib.util
     # up: from now on an end without a report is the run's, not ours; and the bytecode
     # this interpreter runs (the server sends scripts compiled when its own is the same)
     sock.send(b"W" + importlib.util.MAGIC_NUMBER.hex().encode())
-    import gc
+    # Once, here, not in every call: what this init loaded beyond the warmed modules
+    # (toolsrv's, ctypes, mmap...) leaves sys.modules (kept alive here: a call that
+    # imports one gets a fresh one, as a cold start would), and sys.path is the pristine.
+    _DROPPED.extend(sys.modules.pop(n) for n in [n for n in sys.modules if n not in keep])
+    sys.path[:] = path
     gc.freeze()  # what is here now is never traversed by a call's collections
     while True:
         try:
@@ -283,11 +288,7 @@ def _pristine(warm: dict, env: dict, keep: set[str], path: list[str], blob: byte
     os.environ.update(env)
     sys.argv = list(warm["argv"])
     sys.orig_argv = list(warm["orig_argv"])
-    # dropped, not freed: freeing them would write to (and so copy) every page they are on
-    _DROPPED.extend(sys.modules.pop(n) for n in [n for n in sys.modules if n not in keep])
-    sys.path[:] = path
     sys.path[0] = os.path.dirname(os.path.realpath(script))
-    sys.path_importer_cache.clear()
     _user_site()
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
         stream = _stdio(fd, name, getattr(sys, name))
