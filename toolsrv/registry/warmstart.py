@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 
 _NAME = re.compile(r"python(3(\.[0-9]+)?)?")
 _PLAIN = re.compile(r"[A-Za-z0-9._+,:@%/=-]+", re.ASCII)
@@ -50,6 +49,7 @@ def plan(argv: list[str], env: dict[str, str], cwd: str) -> tuple[Plan | None, s
     if len(argv) == 3 and argv[0] == "/bin/sh" and argv[1] == "-c":
         if not all(_PLAIN.fullmatch(w) for w in argv[2].split()):
             return None, None
+        import shlex  # only here: it costs the server's start-up half a millisecond
         words = shlex.split(argv[2])
         if not words or not _NAME.fullmatch(os.path.basename(words[0])):
             return None, None

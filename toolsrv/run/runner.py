@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import importlib.util
 import logging
 import marshal
 import math
 import os
 import pwd
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -45,7 +45,8 @@ DRAIN_GRACE = 2.0  # seconds to reach EOF on the pipes after the run has ended o
 STARTUP_ENV = ("LC_ALL", "LC_CTYPE", "LANG", "TZ")  # and PYTHON*: read by Python as it starts
 WARM_RETRY = 60.0  # seconds before an interpreter that failed to warm up is tried again
 MAX_COMPILED = 256 << 10  # bytes of a script the server compiles for its warm calls
-_MAGIC = importlib.util.MAGIC_NUMBER.hex()
+# the bytecode magic (importlib.util would cost the start-up 7 ms to import for this)
+_MAGIC = sys.modules["_frozen_importlib_external"].MAGIC_NUMBER.hex()
 log = logging.getLogger("toolsrv.warm")
 
 

@@ -36,7 +36,6 @@ import ctypes
 import errno
 import fcntl
 import gc
-import importlib.util
 import io
 import json
 import mmap
@@ -190,7 +189,7 @@ def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
     buf = mmap.mmap(-1, MAX_PACKET, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     # up: from now on an end without a report is the run's, not ours; and the bytecode
     # this interpreter runs (the server sends scripts compiled when its own is the same)
-    sock.send(b"W" + importlib.util.MAGIC_NUMBER.hex().encode())
+    sock.send(b"W" + sys.modules["_frozen_importlib_external"].MAGIC_NUMBER.hex().encode())
     # Once, here, not in every call: what this init loaded beyond the warmed modules
     # (toolsrv's, ctypes, mmap...) leaves sys.modules (kept alive here: a call that
     # imports one gets a fresh one, as a cold start would), and sys.path is the pristine.
