@@ -27,7 +27,7 @@ def search_mode() -> str:
                 found = True
                 break
         except (ImportError, ValueError):
-            continue
+            break  # as an import would: a finder that refuses it ends the search
     if not found:
         return ("lexical only: the semantic ranker is not installed "
                 "(pip install 'toolsrv[search]')")
