@@ -485,3 +485,15 @@ def test_meta_and_the_log_say_how_a_tool_starts(serve_warm: bool) -> None:
         assert starts["warmed"] == {"warm": False,
                                     "why": "warm starts are off (toolsrv serve --no-warm)"}
         assert "warm: off" in status and "0 made warm" in status
+
+
+def test_without_pid_namespaces_python_tools_start_cold() -> None:
+    """A warm init ends a run with kill(-1), which only a namespace's pid 1 may send."""
+    from toolsrv.run.runner import RunnerConfig
+    h = Harness(RunnerConfig(namespaces=False), warm=True)
+    try:
+        assert not h.runner.launcher.pidns
+        res = h.run([str(script(h, "print('cold')\n"))])
+        assert not res.warm and res.stdout == b"cold\n", res
+    finally:
+        h.close()

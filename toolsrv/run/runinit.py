@@ -47,6 +47,7 @@ from typing import NoReturn
 
 from toolsrv.run import cgroups, idmap, landlock
 from toolsrv.run.fdpass import recv_into
+from toolsrv.run.reap import reap_until
 from toolsrv.run.rules import RuleCache
 from toolsrv.run.seccomp import Filter
 
@@ -154,7 +155,7 @@ def _serve(ctx: Context, msg: dict, fds: list[int]) -> bytes:
     if isinstance(tool, BaseException):
         why = tool.strerror if isinstance(tool, OSError) and tool.strerror else repr(tool)
         return b"E" + json.dumps(str(why)).encode()
-    return b"S%d" % _reap_until(tool, ctx.pidns)  # type: ignore[arg-type]
+    return b"S%d" % reap_until(tool, ctx.pidns)  # type: ignore[arg-type]
 
 
 def _confine_and_spawn(ctx: Context, msg: dict, fds: list[int], ruleset: int) -> int:
@@ -255,55 +256,6 @@ def _warm_up(sock: socket.socket, ctx: Context, msg: dict, fds: list[int]) -> No
             sock.send(b"F" + json.dumps(f"{step}: {why}").encode())
         finally:
             os._exit(1)
-
-
-def _reap_until(tool: int, pidns: bool) -> int:
-    """Reap every child (orphans come to us) until the tool has ended, then end the rest;
-    the tool's wait status, once nothing of the run is left but us."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            return 0
-        if pid == tool:
-            break
-    if not pidns:
-        _kill_below()
-        return status
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:  # a child is still running:
-                os.kill(-1, signal.SIGKILL)  # from a namespace's pid 1: every other process
-                while True:
-                    os.waitpid(-1, 0)
-        except ProcessLookupError:
-            pass
-        except ChildProcessError:  # no child left, so no process: each has us as ancestor
-            return status
-
-
-def _kill_below() -> None:
-    """Without a PID namespace: kill what is left below us (orphans come to a subreaper),
-    round after round, until nothing is."""
-    me = os.getpid()
-    while True:
-        try:
-            with open(f"/proc/{me}/task/{me}/children", "rb") as f:
-                left = [int(p) for p in f.read().split()]
-        except OSError:
-            left = []
-        if not left:
-            return
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        for _ in left:
-            try:
-                os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
 
 
 def _close_all_but(keep: set[int]) -> None:

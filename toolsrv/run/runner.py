@@ -271,6 +271,8 @@ class Runner:
         if req.warm is None or not self.config.warm:
             return None
         plan, why = req.warm(req.argv, msg["env"], req.cwd)
+        if plan is not None and not self.launcher.pidns:  # its end needs kill(-1) from a
+            why, plan = "no PID namespace per run here (a warm start needs one)", None
         if plan is None:
             if why is not None:
                 self._say(f"{req.argv[0]}: {why}", f"{req.argv[0]} starts cold: {why}")

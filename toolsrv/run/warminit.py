@@ -47,6 +47,7 @@ import sys
 
 from toolsrv.run import landlock
 from toolsrv.run.fdpass import recv_into
+from toolsrv.run.reap import reap_until
 from toolsrv.run.rules import RuleCache
 from toolsrv.run.seccomp import Filter
 
@@ -57,7 +58,7 @@ MAX_FDS = 8
 WARMED = ("json", "re", "stat", "errno", "collections", "base64", "shutil", "subprocess",
           "socket", "threading", "signal", "time")
 # What BOOT loads from the memfd, in order (each may import only those before it).
-SOURCES = ("toolsrv.run.landlock", "toolsrv.run.fdpass", "toolsrv.run.rules",
+SOURCES = ("toolsrv.run.landlock", "toolsrv.run.fdpass", "toolsrv.run.reap", "toolsrv.run.rules",
            "toolsrv.run.seccomp", "toolsrv.run.warminit")
 # argv: -c BOOT <socket fd> <memfd> <WARMED, comma-separated>
 BOOT = """\
@@ -245,7 +246,7 @@ def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
         for fd in (*fds, ruleset):
             if fd >= 0:
                 os.close(fd)
-        status = _reap_until(pid)
+        status = reap_until(pid, True)  # a warm init is always a namespace's pid 1
         why = os.read(err_r, 65536)
         os.close(err_r)
         sock.send(b"E" + why if why else b"S%d" % status)
@@ -344,28 +345,6 @@ def _stdio(fd: int, name: str, old: object) -> object:
                               line_buffering=line, write_through=not buffered)
     stream.mode = "w" if write else "r"
     return stream
-
-
-def _reap_until(tool: int) -> int:
-    """As the cold init: every child until the tool has ended, then every other process of
-    the namespace, until none is left; the tool's wait status."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            return 0
-        if pid == tool:
-            break
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                os.kill(-1, signal.SIGKILL)  # pid 1: every other process, all ours
-                while True:
-                    os.waitpid(-1, 0)
-        except ProcessLookupError:
-            pass
-        except ChildProcessError:
-            return status
 
 
 def _check(ret: int) -> None:
