@@ -259,15 +259,13 @@ class NineP(asyncio.Protocol):
         sent = self._send_many([lambda t: Twalk(t, 0, fid, names),
                                 lambda t: Topen(t, fid, OREAD),
                                 lambda t: Tread(t, fid, 0, chunk)])
-        walked: bool | None = None      # unknown until the walk's reply: clunk then
+        replies: list[Any] = []
         try:
-            replies = await self._replies(sent)
+            await self._replies(sent, replies)
             walk, opened, first = replies
             if isinstance(walk, Exception):
-                walked = False
                 raise walk
-            walked = len(walk.wqid) == len(names)
-            if not walked:
+            if len(walk.wqid) != len(names):
                 raise NinePError(f"{path}: file not found")
             for r in replies:
                 if isinstance(r, Exception):
@@ -276,16 +274,22 @@ class NineP(asyncio.Protocol):
                 return bytes(first.data)
             return bytes(first.data) + await self._read_all(fid, len(first.data))
         finally:
-            if walked is False:
-                self._free_fids.append(fid)    # the server made no fid
-            else:
-                self.clunk_nowait(fid)
+            self._release(fid, replies, names)
 
-    async def _replies(self, sent: list[tuple[int, asyncio.Future[Any]]]) -> list[Any]:
-        """Every reply of a pipelined send, in order, an Rerror as a NinePError; when
-        cancelled, the requests not yet answered are flushed (and their fid clunked by
-        the caller's finally, which cannot know the walk's outcome: it clunks)."""
-        out: list[Any] = []
+    def _release(self, fid: int, replies: list[Any], names: tuple[str, ...]) -> None:
+        """After a pipelined walk: clunk the fid, unless the walk's reply says the server
+        made none (a failed or partial walk); with no reply yet (cancelled), clunk."""
+        if replies and (isinstance(replies[0], Exception)
+                        or len(replies[0].wqid) != len(names)):
+            self._free_fids.append(fid)
+        else:
+            self.clunk_nowait(fid)
+
+    async def _replies(self, sent: list[tuple[int, asyncio.Future[Any]]],
+                       out: list[Any]) -> list[Any]:
+        """Every reply of a pipelined send, in order, into `out` as they come (an Rerror
+        as a NinePError); when cancelled, the requests not yet answered are flushed, and
+        `out` holds the replies had so far."""
         for i, (tag, f) in enumerate(sent):
             try:
                 out.append(await self._wait(tag, f))
@@ -318,21 +322,9 @@ class NineP(asyncio.Protocol):
                                 lambda t: Topen(t, fid, ORDWR),
                                 lambda t: Twrite(t, fid, 0, data),
                                 lambda t: Tread(t, fid, 0, chunk)])
-        walked: bool | None = None      # unknown until the walk's reply: clunk then
+        replies: list[Any] = []
         try:
-            replies = []
-            for i, (tag, f) in enumerate(sent):
-                try:
-                    replies.append(await self._wait(tag, f))
-                except NinePError as e:
-                    replies.append(e)
-                except asyncio.CancelledError:
-                    for t2, f2 in sent[i + 1:]:
-                        self.flush(t2, f2)
-                    raise
-                if i == 0:      # a partial walk makes no fid, as a failed one
-                    walked = (not isinstance(replies[0], Exception)
-                              and len(replies[0].wqid) == len(names))
+            await self._replies(sent, replies)
             walk, opened, wrote, first = replies
             if isinstance(walk, Exception):
                 raise walk
@@ -348,10 +340,7 @@ class NineP(asyncio.Protocol):
                 return bytes(first.data)
             return bytes(first.data) + await self._read_all(fid, len(first.data))
         finally:
-            if walked is False:
-                self._free_fids.append(fid)    # the server made no fid
-            else:
-                self.clunk_nowait(fid)
+            self._release(fid, replies, names)
 
     async def _write_all_from(self, fid: int, data: bytes, n: int) -> None:
         while n < len(data):
