@@ -35,6 +35,7 @@ from .common import (  # noqa: E402
     PAYLOAD, ToolsrvProcess, find_child, finish, lat, make_tools_dir, one, parser, rate,
     row, rss_kib,
 )
+from .bench_call import seq_async  # noqa: E402
 from .wire import AsyncWire, Wire  # noqa: E402
 
 B = "resident"
@@ -68,15 +69,6 @@ def seq(w: Wire, n: int) -> list[float]:
         r = w.rdwr(7, names, PAYLOAD, True)
         out.append(pc() - t)
     assert r.startswith(b"{"), r
-    return out
-
-
-async def seq_async(fn: Callable[[], Awaitable[object]], n: int) -> list[float]:
-    out, pc = [], time.perf_counter
-    for _ in range(n):
-        t = pc()
-        await fn()
-        out.append(pc() - t)
     return out
 
 

@@ -45,7 +45,8 @@ import socket
 import sys
 from typing import NoReturn
 
-from toolsrv.run import cgroups, idmap, landlock
+from toolsrv.run import cgroups, idmap
+from toolsrv.run.confine import confine_rest
 from toolsrv.run.fdpass import recv_into
 from toolsrv.run.reap import reap_until
 from toolsrv.run.rules import RuleCache
@@ -183,23 +184,14 @@ def _confine_and_spawn(ctx: Context, msg: dict, fds: list[int], ruleset: int) ->
             _check(_syscall3(_SYSNO[0], 0, 0, 0))
             _check(_syscall3(_SYSNO[2], gid, gid, gid))
             _check(_syscall3(_SYSNO[1], uid, uid, uid))
-        step = "cwd: " + msg["cwd"]
-        os.chdir(msg["cwd"])
-        if ruleset >= 0:
-            step = "landlock"
-            landlock.restrict_self(ruleset)  # sets no_new_privs first
-        elif msg.get("nnp"):
-            step = "no_new_privs"
-            _check(_libc.prctl(landlock.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
-        if msg.get("nnp") and ctx.filter.available:
-            step = "seccomp"
-            ctx.filter.install()
+        confine_rest(msg["cwd"], ruleset, bool(msg.get("nnp")), ctx.filter)
         step = "exec: " + msg["argv"][0]
         pid = os.posix_spawn(
             _find(msg["argv"][0], msg["env"]), msg["argv"], msg["env"], setsid=True,
             file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(fds)],
             setsigdef=_RESET_SIGNALS, setsigmask=())
     except OSError as e:
+        step = getattr(e, "step", step)
         why = e.strerror or str(e)
         if e.errno == errno.EACCES and uid is not None:
             why += (f" (tools run as uid {uid}: grant the path in the sandbox profile, "

@@ -46,6 +46,7 @@ import socket
 import sys
 
 from toolsrv.run import landlock
+from toolsrv.run.confine import confine_rest
 from toolsrv.run.fdpass import recv_into
 from toolsrv.run.reap import reap_until
 from toolsrv.run.rules import RuleCache
@@ -59,7 +60,7 @@ WARMED = ("json", "re", "stat", "errno", "collections", "base64", "shutil", "sub
           "socket", "threading", "signal", "time")
 # What BOOT loads from the memfd, in order (each may import only those before it).
 SOURCES = ("toolsrv.run.landlock", "toolsrv.run.fdpass", "toolsrv.run.reap", "toolsrv.run.rules",
-           "toolsrv.run.seccomp", "toolsrv.run.warminit")
+           "toolsrv.run.seccomp", "toolsrv.run.confine", "toolsrv.run.warminit")
 # argv: -c BOOT <socket fd> <memfd> <WARMED, comma-separated>
 BOOT = """\
 import sys as _s
@@ -261,18 +262,9 @@ def _become(msg: dict, fds: list[int], ruleset: int, filt: Filter, err_w: int,
         cpu = msg.get("rlimits", {}).get("cpu")
         if cpu:
             resource.setrlimit(resource.RLIMIT_CPU, tuple(cpu))
-        step = "cwd: " + msg["cwd"]
-        os.chdir(msg["cwd"])
-        if ruleset >= 0:
-            step = "landlock"
-            landlock.restrict_self(ruleset)  # sets no_new_privs first
-        elif msg.get("nnp"):
-            step = "no_new_privs"
-            _check(_libc.prctl(landlock.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
-        if msg.get("nnp") and filt.available:
-            step = "seccomp"
-            filt.install()
+        confine_rest(msg["cwd"], ruleset, bool(msg.get("nnp")), filt)
     except OSError as e:
+        step = getattr(e, "step", step)
         raise OSError(e.errno or errno.EINVAL, f"{step}: {e.strerror or e}") from None
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, len(fds)) for fd in fds]
     for i, fd in enumerate(high):
