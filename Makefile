@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed-stamp
 # new link tree, so the install depends on the list of modules (build/.modules, rewritten
 # only when that list changes), not on their contents.
 EDITABLE := --config-settings editable_mode=strict
-MODULES := $(sort $(shell find proto toolsrv -name '*.py'))
+MODULES := $(sort $(shell find toolsrv -name '*.py'))
 MODLIST := build/.modules
 
 .PHONY: run test test-slow bench clean FORCE

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     names = opts.only.split(",") if opts.only else OURS + THEIRS
     names = [n for n in names if n not in opts.skip.split(",")]
-    for d in ("proto", "toolsrv", "bench"):     # as installed: no launch compiles its source
+    for d in ("toolsrv", "bench"):     # as installed: no launch compiles its source
         compileall.compile_dir(str(REPO / d), quiet=1)
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     load0 = os.getloadavg()

@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Any
 
-from proto import NOFID, NOTAG
+from toolsrv.proto import NOFID, NOTAG
 
 from .common import PY, REPO, rss_kib
 

@@ -18,7 +18,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     __package__ = "bench"
 
-from proto import IOHDRSZ, OREAD, Tclunk, Topen, Tread, Twalk  # noqa: E402
+from toolsrv.proto import IOHDRSZ, OREAD, Tclunk, Topen, Tread, Twalk  # noqa: E402
 
 from toolsrv.cli.client import Client  # noqa: E402
 

@@ -33,7 +33,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     __package__ = "bench"
 
-import proto  # noqa: E402
+import toolsrv.proto as proto  # noqa: E402
 
 from .common import PAYLOAD, finish, lat, parser, row  # noqa: E402
 

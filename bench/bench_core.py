@@ -30,7 +30,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     __package__ = "bench"
 
-from proto import (  # noqa: E402
+from toolsrv.proto import (  # noqa: E402
     IOHDRSZ, NOFID, NOTAG, OREAD, ORDWR, Tattach, Tclunk, Topen, Tread, Tversion, Twalk,
     Twrite, encode,
 )

@@ -36,7 +36,7 @@ TOOLS = [f"t{i}" for i in range(9)] + ["echo"]
 async def setup(path: str, sessions: int, agents: int, conns: int = 8,
                 load: list[str] = TOOLS) -> None:
     """Create sessions, agents and loads over several connections (pipelined per agent)."""
-    from proto import DMDIR, OREAD, ORDWR, Tclunk, Tcreate, Topen, Twalk, Twrite
+    from toolsrv.proto import DMDIR, OREAD, ORDWR, Tclunk, Tcreate, Topen, Twalk, Twrite
 
     ws = [await AsyncWire.unix(path) for _ in range(conns)]
 

@@ -23,7 +23,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     __package__ = "bench"
 
-from proto import OREAD, Tclunk, Topen, Tread, Twalk, encode  # noqa: E402
+from toolsrv.proto import OREAD, Tclunk, Topen, Tread, Twalk, encode  # noqa: E402
 
 from .baselines import Diod, EchoProcess, free_port  # noqa: E402
 from .common import (  # noqa: E402

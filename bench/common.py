@@ -183,7 +183,7 @@ class FakeTransport:
 
     def replies(self) -> list[Any]:
         """Everything written, decoded."""
-        from proto.framing import Framer
+        from toolsrv.proto.framing import Framer
         return Framer(1 << 20).feed(b"".join(self.writes))
 
 

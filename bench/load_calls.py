@@ -43,7 +43,7 @@ async def agent_loop(path: str, conn: int, calls: int, round_: int) -> int:
     w = await AsyncWire.unix(path)
     try:
         t = w.tag
-        from proto import DMDIR, OREAD, Tclunk, Tcreate, Twalk
+        from toolsrv.proto import DMDIR, OREAD, Tclunk, Tcreate, Twalk
         s = f"load{round_}-{conn}"
         for parent, name in ((("session",), s), (("session", s, "agent"), "a")):
             await w.rpc(Twalk(t(), 0, 1, parent))
@@ -57,7 +57,7 @@ async def agent_loop(path: str, conn: int, calls: int, round_: int) -> int:
                                "pad": f"{conn:03d}-{k:05d}" * (k % 7)}).encode()
             got = await w.rdwr(2, base + ("tools", "echo", "call"), args)
             bad += got != args
-        from proto import Tremove
+        from toolsrv.proto import Tremove
         await w.rpc(Twalk(t(), 0, 3, ("session", s)))
         await w.rpc(Tremove(t(), 3))
         return bad

@@ -15,7 +15,7 @@ import asyncio
 import socket
 from typing import Any, Sequence
 
-from proto import (
+from toolsrv.proto import (
     IOHDRSZ, NOFID, NOTAG, ORDWR, Framer, Message, Rerror, Tattach, Tclunk, Topen, Tread,
     Tversion, Twalk, Twrite, encode,
 )

@@ -6,7 +6,7 @@ import shutil
 import socket
 import time
 
-from proto import IOHDRSZ, NOFID, NOTAG, Framer, Rerror, Rversion, Tattach, Tversion, encode
+from toolsrv.proto import IOHDRSZ, NOFID, NOTAG, Framer, Rerror, Rversion, Tattach, Tversion, encode
 
 from apphelpers import AppThread
 

@@ -52,7 +52,7 @@ def test_long_errors_are_cut_to_errmax():
 def test_control_characters_from_clients_are_escaped_so_every_error_encodes():
     """The long fuzz found it: a cwd or ctl word with a NUL became an Rerror that could
     not be encoded (a 9P string holds no NUL).  Every control character is written out."""
-    from proto import Rerror, encode
+    from toolsrv.proto import Rerror, encode
     for raw in ("cwd: no such directory: /\0x", 'invalid command "tool_lo\0ad"', "a\x01b\x7f"):
         e = E.P9Error(raw)
         assert e.ename.isprintable() and "\0" not in e.ename, e.ename
@@ -64,7 +64,7 @@ def test_control_characters_from_clients_are_escaped_so_every_error_encodes():
 def test_a_reply_that_cannot_be_encoded_becomes_an_internal_error(caplog):
     """Defence in depth behind the escaping above: the client gets an answer for its tag,
     the log gets the reason, the connection lives on."""
-    from proto import Rerror, decode
+    from toolsrv.proto import Rerror, decode
     from toolsrv.serve.transport import NinePProtocol
 
     class Transport:

@@ -14,9 +14,11 @@ the top of this list down, never up (tests/test_layout.py checks it):
                inits, sandbox profiles, Landlock, seccomp, cgroups, idmaps, elevation
     dirs/      the directories the server keeps things in, proved ours and locked
     errors.py, record.py    the error strings, the record base classes: used by all
+    proto/     the 9P2000 codec, pure (sans-I/O)
 
-run/ and registry/ stand side by side and import nothing of each other; proto/ (the codec,
-beside this package) imports nothing of toolsrv.  Every folder's __init__ is a comment and
+run/ and registry/ stand side by side and import nothing of each other; proto/ (the 9P
+codec, installed as toolsrv.proto so no other project's `proto` clashes with it) imports
+nothing of the rest of toolsrv.  Every folder's __init__ is a comment and
 imports nothing, so importing one module of a part costs that module alone: the launcher's
 zygote (run/zygote.py) starts from a bare interpreter and must stay small.
 """

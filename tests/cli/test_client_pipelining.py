@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from proto import (
+from toolsrv.proto import (
     Framer, Qid, Rattach, Rclunk, Ropen, Rread, Rversion, Rwalk, Rwrite, Tattach, Tclunk,
     Topen, Tread, Tversion, Twalk, Twrite, encode,
 )

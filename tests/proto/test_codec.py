@@ -13,15 +13,15 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from proto import (
+from toolsrv.proto import (
     DMDIR, MAXWELEM, MESSAGES, NOFID, NOTAG, QTDIR, Dir, Message, ProtocolError, Qid, Rattach,
     Rauth, Rclunk, Rcreate, Rerror, Rflush, Ropen, Rread, Rremove, Rstat, Rversion,
     Rwalk, Rwrite, Rwstat, Tattach, Tauth, Tclunk, Tcreate, Tflush, Topen, Tread,
     Tremove, Tstat, Tversion, Twalk, Twrite, Twstat, Framer, Malformed, decode, decode_dir,
     decode_dirs, encode, encode_dir, replace,
 )
-from proto.codec import STATFIXLEN, dir_size
-from proto.fmt import format_msg, parse_msg
+from toolsrv.proto.codec import STATFIXLEN, dir_size
+from toolsrv.proto.fmt import format_msg, parse_msg
 
 U8, U16, U32, U64 = 0xFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

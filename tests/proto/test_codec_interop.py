@@ -19,8 +19,8 @@ import py9p
 import pytest
 from hypothesis import given, strategies as st
 
-from proto import MESSAGES, Dir, Malformed, ProtocolError, Qid, Rerror, Tread, Twstat
-from proto import decode, decode_dir, encode, encode_dir
+from toolsrv.proto import MESSAGES, Dir, Malformed, ProtocolError, Qid, Rerror, Tread, Twstat
+from toolsrv.proto import decode, decode_dir, encode, encode_dir
 from test_codec import FAST, ILLEGAL, MALFORMED, SAMPLES, dirs, messages, mangled_frames
 
 I63 = (1 << 63) - 1

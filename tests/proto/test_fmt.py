@@ -4,12 +4,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from proto import (
+from toolsrv.proto import (
     DMAPPEND, DMDIR, DMEXCL, DMTMP, NOFID, NOTAG, QTAUTH, QTDIR, QTMOUNT, QTTMP, Dir, Qid,
     Rerror, Ropen, Rread, Rstat, Rversion, Rwalk, Tattach, Tcreate, Topen, Tread, Tversion,
     Twalk, Twrite, Twstat, format_msg, parse_msg,
 )
-from proto.fmt import format_dir
+from toolsrv.proto.fmt import format_dir
 from test_codec import FAST, SAMPLES
 
 EXAMPLES = [

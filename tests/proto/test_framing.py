@@ -6,7 +6,7 @@ import struct
 import pytest
 from hypothesis import given, strategies as st
 
-from proto import Framer, ProtocolError, Rclunk, Rread, Tclunk, Tversion, encode
+from toolsrv.proto import Framer, ProtocolError, Rclunk, Rread, Tclunk, Tversion, encode
 from test_codec import FAST, SAMPLES
 
 STREAM = b"".join(map(encode, SAMPLES))

@@ -24,7 +24,7 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from proto import Framer, Malformed, ProtocolError, decode, encode, format_msg, parse_msg
+from toolsrv.proto import Framer, Malformed, ProtocolError, decode, encode, format_msg, parse_msg
 
 from test_codec import SAMPLES, messages
 

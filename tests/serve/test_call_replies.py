@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from proto import (
+from toolsrv.proto import (
     IOHDRSZ, NOFID, NOTAG, OREAD, ORDWR, Rerror, Rflush, Ropen, Rread, Rwalk, Rwrite, Tattach, Tclunk,
     Tflush, Topen, Tread, Tversion, Twalk, Twrite, encode,
 )

@@ -23,7 +23,7 @@ import uuid
 
 import pytest
 
-from proto import ORDWR, Topen, Tread, Twalk, Twrite
+from toolsrv.proto import ORDWR, Topen, Tread, Twalk, Twrite
 from toolsrv.dirs import trusted
 from toolsrv.cli.client import Client, ClientError
 from toolsrv.run.scratch import default_tmp_base

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from proto import (
+from toolsrv.proto import (
     DMDIR, NOFID, NOTAG, OREAD, OWRITE, Rcreate, Rerror, Rflush, Ropen, Rwalk, Rwrite,
     Tattach, Tcreate, Tflush, Topen, Tversion, Twalk, Twrite, encode,
 )

@@ -32,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 from hypothesis.control import currently_in_test_context
 
-from proto import (
+from toolsrv.proto import (
     DMDIR, IOHDRSZ, NOFID, NOTAG, Dir, Framer, Qid, Rattach, Rerror, Rflush, Rread, Rversion,
     Tattach, Tauth, Tclunk, Tcreate, Tflush, Topen, Tread, Tremove, Tstat, Tversion, Twalk,
     Twrite, Twstat, encode, format_msg, parse_msg,

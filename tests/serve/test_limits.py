@@ -15,7 +15,7 @@ import struct
 
 import pytest
 
-from proto import NOTAG, Rerror, Rread, Tclunk, Topen, Tread, Tversion, Twalk, Twrite
+from toolsrv.proto import NOTAG, Rerror, Rread, Tclunk, Topen, Tread, Tversion, Twalk, Twrite
 from toolsrv.cli.command import build_parser, serve_options
 from toolsrv.cli.client import Client, ClientError
 
@@ -114,7 +114,7 @@ def test_inflight_limit_and_flush(app_with):
     raw.send(Tread(10, 1, 0, 100), Tread(11, 2, 0, 100))  # both block until a change
     r = raw.rpc(Tread(12, 3, 0, 100))
     assert r == Rerror(12, "resource busy: too many requests in flight (limit 2)")
-    from proto import Rflush, Tflush
+    from toolsrv.proto import Rflush, Tflush
     raw.send(Tflush(13, 10))
     got = raw.recv(2)
     assert got == [Rerror(10, "interrupted"), Rflush(13)]

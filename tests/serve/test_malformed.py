@@ -11,7 +11,7 @@ import struct
 import pytest
 from py9p import OREAD, Client
 
-from proto import (
+from toolsrv.proto import (
     DMDIR, IOHDRSZ, NOFID, OWRITE, Dir, Framer, Rattach, Rcreate, Rerror, Ropen,
     Rversion, Rwalk, Rwrite, Tattach, Tcreate, Topen, Tversion, Twalk, Twrite, encode,
     encode_dir,

@@ -20,7 +20,7 @@ import tempfile
 
 import pytest
 
-from proto import (
+from toolsrv.proto import (
     DMDIR, NOTAG, QTAUTH, Framer, Rauth, Rerror, Tattach, Tauth, Tclunk, Tcreate, Tread,
     Tversion, Twalk, Twrite,
 )

@@ -17,7 +17,7 @@ import re
 
 import pytest
 
-from proto import format_msg, parse_msg
+from toolsrv.proto import format_msg, parse_msg
 from toolsrv.serve.server import Conn, ServerConfig
 
 from fakes import FakeRegistry, FakeRunner, make_fs

@@ -395,7 +395,7 @@ def _agent_client(tools: dict[str, str]) -> Iterator[Any]:
     """A traced server with these read-only tools, and a toolsrv.cli.client connected to it at
     msize 8 KiB, with session/s/agent/a made and every tool loaded."""
     from toolsrv.cli.client import Client as TsClient
-    from proto import IOHDRSZ
+    from toolsrv.proto import IOHDRSZ
     d = tools_dir()
     for name, script in tools.items():
         add_tool(d, name, script, {"readOnly": True})

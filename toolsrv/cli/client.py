@@ -15,7 +15,7 @@ import socket
 import threading
 from typing import Any
 
-from proto import (
+from toolsrv.proto import (
     DMDIR, IOHDRSZ, MAXWELEM, NOFID, NOTAG, OREAD, ORDWR, OTRUNC, OWRITE, Dir, Framer, Malformed,
     Rerror, Tattach, Tauth, Tclunk, Tcreate, Topen, Tread, Tremove, Tstat, Tversion, Twalk,
     Twrite, Twstat, decode_dirs, encode, replace,

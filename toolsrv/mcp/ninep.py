@@ -22,7 +22,7 @@ import getpass
 import os
 from typing import Any
 
-from proto import (
+from toolsrv.proto import (
     DMDIR, IOHDRSZ, MAXWELEM, NOFID, NOTAG, OREAD, ORDWR, OTRUNC, OWRITE, Framer, Malformed,
     ProtocolError, Rerror, Tattach, Tauth, Tclunk, Tcreate, Tflush, Topen, Tread, Tremove,
     Tversion, Twalk, Twrite, encode, replace,

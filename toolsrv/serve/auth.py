@@ -28,7 +28,7 @@ import os
 import stat
 from typing import Any
 
-from proto import QTAUTH, Qid
+from toolsrv.proto import QTAUTH, Qid
 
 from ..errors import P9Error
 from ..tree.node import Node

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proto import OEXEC, ORDWR, OREAD, OWRITE
+from toolsrv.proto import OEXEC, ORDWR, OREAD, OWRITE
 
 from ..record import Plain
 from ..tree.node import Node

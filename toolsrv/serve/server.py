@@ -38,7 +38,7 @@ import inspect
 import logging
 from typing import Any, Callable
 
-from proto import (
+from toolsrv.proto import (
     DMDIR, IOHDRSZ, MAXWELEM, NOFID, NOTOUCH16, NOTOUCH32, NOTOUCH64, OCEXEC, OEXEC, ORCLOSE,
     ORDWR, OREAD, OTRUNC, OWRITE, Malformed, Qid, Rattach, Rauth, Rclunk, Rcreate, Rerror,
     Rflush, Ropen, Rread, Rremove, Rstat, Rversion, Rwalk, Rwrite, Rwstat, Tattach, Tauth,
@@ -83,7 +83,7 @@ def _walkable(guard: Callable[[Node, str], None], node: Node) -> bool:
 
 def _text(m: Any) -> str:
     """A message's line in the -D trace."""
-    from proto.fmt import format_msg    # here: only -D needs it, not start-up
+    from toolsrv.proto.fmt import format_msg    # here: only -D needs it, not start-up
     return format_msg(m, maxdata=64)
 
 

@@ -37,7 +37,7 @@ import socket
 import struct
 from typing import Any, Callable
 
-from proto import Framer, ProtocolError, Rerror, encode
+from toolsrv.proto import Framer, ProtocolError, Rerror, encode
 
 from .dial import Addr, ensure_private_dir
 from ..errors import EINTERNAL, P9Error

@@ -20,7 +20,7 @@ import json
 import logging
 from typing import Any, Callable
 
-from proto import DMDIR
+from toolsrv.proto import DMDIR
 
 from .. import errors as E
 from ..errors import P9Error

@@ -31,7 +31,7 @@ import itertools
 import time
 from typing import Any, Awaitable, Callable, Iterable
 
-from proto import DMDIR, QTDIR, Dir, Qid
+from toolsrv.proto import DMDIR, QTDIR, Dir, Qid
 
 from .. import errors as E
 
