@@ -10,7 +10,7 @@ imported in a worker thread.  Imports not needed to answer the first request
 are deferred to where they are used (doc/performance.md, Start-up).
 Shutdown is graceful: stop accepting, hang up connections (their calls are
 cancelled), kill every run, save state, release the state lock, remove the Unix
-socket, exit 0.
+socket, exit 0 (1, saying why, when that last save fails).
 
 Where things are kept (trusted.py proves each directory ours before serving, or
 the server refuses to start and says what is wrong): the state directory; the
@@ -153,6 +153,7 @@ class App:
         self.nostate: ServerDir | None = None   # the work base's nostate/ (_work_dir)
         self._sweeping: asyncio.Future[None] | None = None
         self.lock: Any = None         # statedir.StateLock, held while serving with state
+        self.stop_error: str | None = None   # why stop() failed (the final save): exit 1
 
     def _make_registry(self) -> Any:
         from .registry.registry import Registry
@@ -218,6 +219,7 @@ class App:
         await self.registry.start()
         self.store = SessionStore(state, work, tool_uid, self._check_profile,
                                   max_sessions=opts.max_sessions, max_agents=opts.max_agents)
+        self.store.sweep_temp()        # the directory is locked: no live server's temp files
         for problem in self.store.restore():
             print(f"toolsrv: {problem}", file=sys.stderr)
         self.store.start_writer()      # state saves from now on off the event loop, grouped
@@ -379,7 +381,10 @@ class App:
             await self.runner.close()
         await self.registry.close()
         await self.store.stop_writer()
-        self.store.save()
+        if not self.store.save():
+            self.stop_error = (f"state not saved at stop: {self.store.save_error} "
+                               "(the state saved before it is kept)")
+            print(f"toolsrv: {self.stop_error}", file=sys.stderr, flush=True)
         self._unlock()
         if self._sweeping is not None:   # its thread uses nostate's fd: not closed under it
             await asyncio.wait({self._sweeping}, timeout=10)

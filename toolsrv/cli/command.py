@@ -386,7 +386,7 @@ def serve(args: Any) -> int:
                     umount(mounted)
                 except RuntimeError as e:
                     print(e, file=sys.stderr)
-        return 0
+        return 1 if app.stop_error else 0
 
     use_uvloop(args.uvloop or os.environ.get("TOOLSRV_UVLOOP", "") not in ("", "0"))
     try:

@@ -23,7 +23,8 @@ Every request ends through `_respond`, which frees the tag, writes the reply
 and then any Rflush waiting on it.  Tflush cancels the flushed task; the
 cancelled request answers `interrupted` and its Rflush follows.  A request
 whose change already took effect and only waits for its save (a tree
-`Committed`: Tcreate of a session or agent, the Twrite of ctl, cwd, sandbox)
+`Committed`: Tcreate and Tremove of a session or agent, the Twrite of ctl, cwd,
+sandbox)
 is not cancelled: its real reply goes out, then the Rflush (flush(5); lib9p
 does the same).  A handler that raises P9Error answers Rerror with that
 string; any other exception answers a short Rerror and is logged — the
@@ -550,7 +551,9 @@ class Conn:
         self._clunk_node(fid)
         if self.config.guard is not None:
             self.config.guard(fid.node, "remove")
-        self._live(fid).remove()
+        r = self._live(fid).remove()
+        if r is not None and inspect.isawaitable(r):   # removed, answered once saved (fs.py)
+            return Later(r, lambda _: Rremove(m.tag))
         return Rremove(m.tag)
 
     def _stat(self, m: Tstat) -> Rstat:

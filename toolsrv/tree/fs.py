@@ -267,9 +267,10 @@ class SessionDir(FixedDir):
     def alive(self) -> bool:
         return self.s.alive
 
-    def remove(self) -> None:
-        self.fs.store.remove(self.s.name)
-        self.fs.qids.forget(("session", self.s.name, self.s.serial))
+    def remove(self) -> Any:
+        s = self.s
+        return after_save(self.fs.store.remove(s.name),
+                          lambda _: self.fs.qids.forget(("session", s.name, s.serial)))
 
     def paths(self) -> list[int]:
         s = self.s
@@ -335,8 +336,8 @@ class AgentDir(FixedDir):
     def alive(self) -> bool:
         return self.a.alive
 
-    def remove(self) -> None:
-        self.fs.store.remove_agent(self.a.session, self.a.name)
+    def remove(self) -> Any:
+        return after_save(self.fs.store.remove_agent(self.a.session, self.a.name), None)
 
     def paths(self) -> list[int]:
         return [self.key(n) for n in self.NAMES]
@@ -345,15 +346,16 @@ class AgentDir(FixedDir):
         return self.fs.agent_files.entry(self, name, qpath)
 
 
-def after_save(made: Any, fn: Callable[[Any], Any]) -> Any:
+def after_save(made: Any, fn: Callable[[Any], Any] | None) -> Any:
     """fn(made), or, when the store's change is made and still being saved (an
     awaitable), a Committed of it: the reply waits for the state to be on disk
     (sessions.py), and a flush does not cancel a change that took effect."""
     if not inspect.isawaitable(made):
-        return fn(made)
+        return made if fn is None else fn(made)
 
     async def wait() -> Any:
-        return fn(await made)
+        got = await made
+        return got if fn is None else fn(got)
     return Committed(wait())
 
 

@@ -23,13 +23,17 @@ every change made while the one before it was under way (a group commit), and
 the reply to the client that made it comes after that write (a flush does not
 cancel that wait: server.py).  What a change does once saved (set_cwd removing
 the private directory it replaced) hangs on the write, not on that reply.
-Without a writer (tests, tools) each change is written at once.  A creation or setting
-that cannot be saved (disk full) is undone and fails with the reason, so what
-a client was told exists is what a restart will restore (other clients may
-see it while its write is under way).  A removal that cannot be saved still
-happens (its runs are already killed); the error is logged and the next
-successful save catches up.  On start a corrupt file is moved aside to
-`state.json.corrupt-<time>` and reported, never silently dropped.
+Without a writer (tests, tools) each change is written at once.  Every change
+(a creation, a setting, a ctl load or unload, a removal) that cannot be saved
+(disk full) is undone and fails with the reason, so what a client was told is
+what a restart will restore (other clients may see a change while its write
+is under way).  A removal is undone the same way: what cannot be taken back
+(its runs killed, its private directory removed) happens only once the
+removal is saved, and its name cannot be taken again until then.  Undoing
+goes newest change first.  On start a corrupt file is moved aside to
+`state.json.corrupt-<time>` and reported, never silently dropped; temp files
+left by a server killed during a save (`state.json.tmp.<pid>`) are removed
+(sweep_temp: the state directory is locked by then, so no live server owns one).
 """
 from __future__ import annotations
 
@@ -149,7 +153,8 @@ Undo = Callable[[], None]
 
 
 def _undo_all(undos: Any) -> None:
-    for undo in undos:
+    """Undo unsaved changes, newest first (a later change may rest on an earlier one)."""
+    for undo in reversed(list(undos)):
         if undo is not None:
             try:
                 undo()
@@ -226,6 +231,7 @@ class SessionStore:
         self.mtime = int(time.time())
         self._encoded: dict[str, tuple[Session, bytes]] = {}   # see _encode
         self._writer: _Writer | None = None
+        self._going: set[tuple] = set()   # removals being saved: their names not yet free
 
     # -- sessions --
     def create(self, name: str) -> Session | Awaitable[Session]:
@@ -233,6 +239,8 @@ class SessionStore:
             raise P9Error(E.EBADNAME)
         if name in self.sessions:
             raise P9Error(E.EEXIST)
+        if ("s", name) in self._going:
+            raise P9Error(f"resource busy: session {name} is being removed (try again)")
         if len(self.sessions) >= self.max_sessions:
             raise P9Error(f"resource busy: too many sessions (limit {self.max_sessions})")
         s = Session(name, self._make_private_cwd(name))
@@ -247,16 +255,28 @@ class SessionStore:
                 self.remove_private_cwd(s.cwd)
         return self._then(self._commit(s, undo), s)
 
-    def remove(self, name: str) -> None:
+    def remove(self, name: str) -> None | Awaitable[None]:
+        """Remove a session: gone from the tree at once; once that is saved its agents'
+        runs are killed and its private cwd removed; unsaved, it is back as it was."""
         s = self.sessions.pop(name, None)
         if s is None:
             raise P9Error(E.ENOTFOUND)
-        for a in list(s.agents.values()):
-            self._drop_agent(a)
-        s.alive = False
-        if s.private_cwd:
-            self.remove_private_cwd(s.cwd)
-        self._commit(s)           # not waited for: a removal happens even if unsaved
+        key = ("s", name)
+        self._going.add(key)
+
+        def undo() -> None:
+            self._going.discard(key)
+            if name not in self.sessions:
+                self.sessions[name] = s
+
+        def done() -> None:
+            self._going.discard(key)
+            for a in list(s.agents.values()):
+                self._drop_agent(a)
+            s.alive = False
+            if s.private_cwd:
+                self.remove_private_cwd(s.cwd)
+        return self._then(self._commit(s, undo), None, done)
 
     def set_cwd(self, s: Session, path: str) -> None | Awaitable[None]:
         if not os.path.isabs(path) or not os.path.isdir(path):
@@ -300,6 +320,8 @@ class SessionStore:
             raise P9Error(E.EBADNAME)
         if name in s.agents:
             raise P9Error(E.EEXIST)
+        if ("a", s.serial, name) in self._going:
+            raise P9Error(f"resource busy: agent {name} is being removed (try again)")
         if len(s.agents) >= self.max_agents:
             raise P9Error(f"resource busy: too many agents in session {s.name} "
                           f"(limit {self.max_agents})")
@@ -312,12 +334,23 @@ class SessionStore:
                 self._drop_agent(a)
         return self._then(self._commit(s, undo), a)
 
-    def remove_agent(self, s: Session, name: str) -> None:
+    def remove_agent(self, s: Session, name: str) -> None | Awaitable[None]:
+        """Remove an agent: as remove(), its runs killed once the removal is saved."""
         a = s.agents.pop(name, None)
         if a is None:
             raise P9Error(E.ENOTFOUND)
-        self._drop_agent(a)
-        self._commit(s)           # not waited for: a removal happens even if unsaved
+        key = ("a", s.serial, name)
+        self._going.add(key)
+
+        def undo() -> None:
+            self._going.discard(key)
+            if name not in s.agents:
+                s.agents[name] = a
+
+        def done() -> None:
+            self._going.discard(key)
+            self._drop_agent(a)
+        return self._then(self._commit(s, undo), None, done)
 
     def _drop_agent(self, a: Agent) -> None:
         a.alive = False
@@ -404,10 +437,11 @@ class SessionStore:
         if w is not None:
             await w.drain()
 
-    def changed(self, s: Session | None = None) -> str | None | asyncio.Future[str | None]:
-        """Save after a change of `s` (None: of anything), undoing nothing: the error or
-        None once written without a writer; with one, a future of that."""
-        return self._commit(s)
+    def change(self, s: Session, undo: Undo, done: Undo | None = None) -> None | Awaitable[None]:
+        """Save a change of `s` made by the caller (a ctl load or unload): None once saved
+        (then `done()`), or raise the save's error after `undo()`; with a writer, an
+        awaitable of that."""
+        return self._then(self._commit(s, undo), None, done)
 
     def save(self, changed: Session | None = None) -> bool:
         """Write the state now (with a writer running, ask it and answer True); on
@@ -470,6 +504,29 @@ class SessionStore:
         async def wait() -> T:
             return _settle(await asyncio.shield(saved), value, None)
         return wait()
+
+    def sweep_temp(self) -> list[str]:
+        """Remove `state.json.tmp.<pid>` files left by servers killed during a save; call
+        it with the state directory locked (no live server writes one then).  Returns the
+        names removed."""
+        if not self.state_dir:
+            return []
+        gone = []
+        try:
+            names = os.listdir(self.state_dir)
+        except OSError:
+            return gone
+        for n in names:
+            if n.startswith("state.json.tmp."):
+                try:
+                    os.unlink(os.path.join(self.state_dir, n))
+                    gone.append(n)
+                except OSError as e:
+                    log.warning("state: cannot remove %s: %s", n, e.strerror)
+        if gone:
+            log.info("state: removed %d temp file%s left by a server killed during a save",
+                     len(gone), "" if len(gone) == 1 else "s")
+        return gone
 
     def restore(self) -> list[str]:
         """Load saved state; returns the problems found (each also logged)."""

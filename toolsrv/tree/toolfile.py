@@ -97,8 +97,10 @@ class Calls:
 
     # -- ctl --
     def apply(self, a: Agent, text: str) -> Any:
-        """Check every command of one write, then apply them all, or raise; the save's
-        outcome (sessions.SessionStore.changed: with a writer, a future of it)."""
+        """Check every command of one write, then apply them all, or raise; None once
+        saved, or an awaitable of that (sessions.SessionStore.change): a write that cannot
+        be saved is undone and fails with the reason.  Unloaded tools' runs end once the
+        unload is saved."""
         try:
             cmds = ctl.parse(text)
             loaded = set(a.loaded)               # as it will be when each line runs
@@ -113,20 +115,32 @@ class Calls:
         except P9Error as e:
             a.note(f"ctl {text.strip()!r} -> error: {e.full}")
             raise
+        old = list(a.loaded)
+        unloaded: list[str] = []
         for verb, names in cmds:
             if verb == "tool_load":
                 a.loaded += [n for n in dict.fromkeys(names) if n not in a.loaded]
             elif verb == "tool_unload":
-                self.sched.kill(a, set(names))
-                self._end_residents(a, names, "unloaded")
+                unloaded += names
                 a.loaded[:] = [n for n in a.loaded if n not in names]
             else:
                 self.sched.kill(a, set(names))
                 self._end_residents(a, names, "cancelled")
             a.note(f"ctl {verb} {' '.join(names)} -> ok")
-        if any(v != "cancel" for v, _ in cmds):
-            return self.store.changed(a.session)   # not undone if unsaved, as before
-        return None                               # nothing to save
+        if not any(v != "cancel" for v, _ in cmds):
+            return None                               # nothing to save
+        new = list(a.loaded)
+
+        def undo() -> None:                           # not saved: as it was, runs untouched
+            if a.loaded == new:
+                a.loaded[:] = old
+            a.note(f"ctl {text.strip()!r} -> undone: state not saved")
+
+        def done() -> None:                           # saved: the unloaded tools' runs end
+            if unloaded:
+                self.sched.kill(a, set(unloaded))
+                self._end_residents(a, unloaded, "unloaded")
+        return self.store.change(a.session, undo, done)
 
     def _end_residents(self, a: Agent, names: list[str], why: str) -> None:
         self.sched.residents.drop(a, [self.registry.get(n) for n in names], why)
