@@ -113,3 +113,52 @@ def test_unload_ends_the_shell_and_its_jobs(srv):
                                           mine & set(shells())):
             time.sleep(0.02)
         assert not processes_with("sleep\x003599\x00") and not mine & set(shells())
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _live_bash_of(shell_pid: int) -> list[int]:
+    """The bash processes (not zombies) the shell tool `shell_pid` runs."""
+    out = []
+    for pid in processes_with("bash\0--noprofile\0--norc\0"):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and _ppid(pid) == shell_pid:
+            out.append(pid)
+    return out
+
+
+def test_a_command_after_the_idle_bash_died_runs_in_a_new_one_and_says_so(srv):
+    """Issue 34: the shell's bash killed while idle (as by the OOM killer); the next call's
+    command is run, in a new bash, and the answer says the old one's state is lost."""
+    import signal
+    with connect(srv) as c:
+        a = agent(c, "sh7", "a", "shell")
+        before = set(shells())
+        assert sh(c, a, "export X=1; echo one") == "one\n[exit 0]"
+        mine = set(shells()) - before
+        assert len(mine) == 1
+        (tool,) = mine
+        bash = _live_bash_of(tool)
+        assert len(bash) == 1
+        os.kill(bash[0], signal.SIGKILL)
+        end = time.monotonic() + 15
+        while time.monotonic() < end and _live_bash_of(tool) == bash:
+            time.sleep(0.02)
+        out = sh(c, a, "echo two > two.txt; echo \"two [$X]\"")
+        assert out == ("two []\n[shell: the shell had ended while idle (status -9): a new one "
+                       "was started and ran this command (cd, variables and functions are "
+                       "lost)]\n[exit 0]")
+        cwd = read(c, "session/sh7/cwd").decode().strip()
+        assert open(os.path.join(cwd, "two.txt")).read() == "two\n"   # it really ran
+        assert sh(c, a, "echo three") == "three\n[exit 0]"            # the new one lives on
+        assert set(shells()) & mine == mine                           # the same tool process
