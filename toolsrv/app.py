@@ -56,7 +56,8 @@ class Options(Record):
     FIELDS = ("addrs", "tools", "state_dir", "msize", "trace", "listen_any", "allow_uids",
               "revwait_timeout", "timeout", "max_runs", "run_as", "persist", "auth_secret",
               "max_conns", "max_conns_per_peer", "max_fids", "max_inflight", "max_held",
-              "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args", "warm")
+              "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args", "warm",
+              "max_run_memory", "max_run_pids", "max_warm_memory")
 
     def __init__(self, addrs: list[str] | None = None, tools: list[str] | None = None,
                  state_dir: str | None = None, msize: int = DEFAULT_MSIZE, trace: bool = False,
@@ -67,7 +68,8 @@ class Options(Record):
                  max_conns_per_peer: int = 256, max_fids: int = 4096, max_inflight: int = 256,
                  max_held: int = 64 << 20, frame_timeout: float = 60.0,
                  max_sessions: int = 10000, max_agents: int = 256, max_queued: int = 1024,
-                 max_args: int = 1 << 20, warm: bool = True) -> None:
+                 max_args: int = 1 << 20, warm: bool = True, max_run_memory: int | None = None,
+                 max_run_pids: int = 4096, max_warm_memory: int | None = None) -> None:
         self.addrs: list[str] = [] if addrs is None else addrs  # dial strings; empty: default
         self.tools = tools                  # search path; None: env or defaults
         self.state_dir = state_dir
@@ -94,6 +96,12 @@ class Options(Record):
         self.max_queued = max_queued        # calls waiting for a run slot, server-wide
         self.max_args = max_args            # bytes of one call's JSON args
         self.warm = warm                    # Python tools start warm (doc/performance.md)
+        # all runs together, in the server's base cgroup (run/cgroups.py); None: half of
+        # the memory the server may use (cgroups.default_total_memory)
+        self.max_run_memory = max_run_memory
+        self.max_run_pids = max_run_pids
+        self.max_warm_memory = max_warm_memory   # idle warm interpreters' RSS; None: see
+                                                 # warm_budget()
 
 
 def _warm_imports() -> None:
@@ -329,11 +337,23 @@ class App:
         except ImportError:
             return None, None
         runner = Runner(RunnerConfig(timeout=self.opts.timeout, run_as=self.opts.run_as,
-                                     warm=self.opts.warm))
+                                     warm=self.opts.warm, run_limits=self._run_limits()))
         from .registry import warmstart
         warmstart.OFF = None if self.opts.warm else \
             "warm starts are off (toolsrv serve --no-warm)"
         return runner, runner.tool_uid()
+
+    def _run_limits(self) -> dict:
+        """Each run's cgroup limits, and those of all runs together (doc/reliability.md):
+        memory by default half of what the server may use; idle warm interpreters by
+        default an eighth of that, at most 256 MiB."""
+        from .run.cgroups import default_total_memory
+        from .run.runner import DEFAULT_RUN_LIMITS
+        total = self.opts.max_run_memory or default_total_memory()
+        warm = self.opts.max_warm_memory
+        return {**DEFAULT_RUN_LIMITS, "total_memory": total,
+                "total_pids": self.opts.max_run_pids or None,
+                "warm_memory": warm if warm is not None else min(256 << 20, total // 8)}
 
     def _check_profile(self, name: str) -> None:
         try:

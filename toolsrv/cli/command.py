@@ -211,6 +211,19 @@ def parse_serve(words: list[str]) -> SimpleNamespace | None:
 
 _LIMITS = "limits (doc/reliability.md)"
 
+
+def size(text: str) -> int:   # argparse: "invalid size value: 'foo'"
+    """A size in bytes: a number, optionally followed by K, M, G or T (powers of 1024)."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    try:
+        n = float(t[:-1] if mult > 1 else t)
+    except ValueError:
+        raise ValueError(f"not a size: {text!r} (say e.g. 8G or 512M)") from None
+    if n <= 0:
+        raise ValueError(f"not a size: {text!r} (must be above 0)")
+    return int(n * mult)
+
 # `serve`'s options, in their order in the usage line, as argparse's add_argument takes
 # them; "group": _LIMITS puts one in that group of the help.  parse_serve reads the same.
 SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
@@ -248,7 +261,16 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
         ("--max-sessions", int, 10000, "sessions"),
         ("--max-agents", int, 256, "agents per session"),
         ("--max-queued", int, 1024, "calls waiting for a run slot"),
-        ("--max-args", int, 1 << 20, "bytes of one call's JSON args")]],
+        ("--max-args", int, 1 << 20, "bytes of one call's JSON args"),
+        ("--max-run-pids", int, 4096, "processes of all runs together (the server's "
+         "cgroup)")]],
+    (("--max-run-memory",), dict(type=size, default=None, metavar="SIZE", group=_LIMITS,
+                                 help="memory of all runs together (the server's cgroup), "
+                                 "e.g. 8G (default half of the host's memory, or of the "
+                                 "server's own cgroup's limit)")),
+    (("--max-warm-memory",), dict(type=size, default=None, metavar="SIZE", group=_LIMITS,
+                                  help="RSS the idle warm interpreters may hold together "
+                                  "(default an eighth of --max-run-memory, at most 256M)")),
     (("--mount",), dict(metavar="DIR", help="mount with 9pfuse on start, unmount on exit")),
     (("--uvloop",), dict(action="store_true", help="run on uvloop (pip install "
                          "'toolsrv[fast]'; also TOOLSRV_UVLOOP=1)")),
@@ -337,7 +359,9 @@ def serve_options(args: Any) -> Any:
                    max_held=args.max_held,
                    frame_timeout=args.frame_timeout, max_sessions=args.max_sessions,
                    max_agents=args.max_agents, max_queued=args.max_queued,
-                   max_args=args.max_args, warm=not args.no_warm)
+                   max_args=args.max_args, warm=not args.no_warm,
+                   max_run_memory=args.max_run_memory, max_run_pids=args.max_run_pids,
+                   max_warm_memory=args.max_warm_memory)
 
 
 def serve(args: Any) -> int:

@@ -19,6 +19,12 @@
 # per-uid RLIMIT_NPROC stays the only process bound.  Groups live in toolsrv-<pid>-<n> (the
 # server's pid, one per launcher it starts) under the server's own group in each hierarchy;
 # those of servers that died are swept when the next one starts.
+#
+# All runs together.  The base group carries limits of its own (total_memory, total_pids),
+# which bound every run of the server at once whatever each run may have: 16 runs of 4 GiB
+# each cannot ask for 64 GiB.  The default total memory is half of what the server may use
+# (the host's memory, or its own group's limit when that is lower: default_total_memory);
+# `serve --max-run-memory` and `--max-run-pids` set them.  usage() reads what is in use.
 from __future__ import annotations
 
 import itertools
@@ -70,8 +76,10 @@ class RunGroups:
 
     _made = itertools.count(1)  # bases made by this server process
 
-    def __init__(self, pids: int | None = 1024, memory: int | None = 4 << 30) -> None:
+    def __init__(self, pids: int | None = 1024, memory: int | None = 4 << 30,
+                 total_pids: int | None = None, total_memory: int | None = None) -> None:
         self.limits = {"pids": pids, "memory": memory}
+        self.totals = {"pids": total_pids, "memory": total_memory}
         self.bases: list[tuple[str, tuple[str, ...]]] = []  # (base dir, its controllers)
         self.version = ""
         self.kind = "none"
@@ -80,9 +88,11 @@ class RunGroups:
         self._free: list[list[str]] = []  # empty groups kept for the next runs
 
     @classmethod
-    def setup(cls, pids: int | None = 1024, memory: int | None = 4 << 30) -> RunGroups:
-        """In the server: find where run groups can go and make this launcher's base."""
-        groups = cls(pids, memory)
+    def setup(cls, pids: int | None = 1024, memory: int | None = 4 << 30,
+              total_pids: int | None = None, total_memory: int | None = None) -> RunGroups:
+        """In the server: find where run groups can go and make this launcher's base, its
+        total limits written."""
+        groups = cls(pids, memory, total_pids, total_memory)
         if pids is None and memory is None:
             groups.why = "no per-run limit configured"
             return groups
@@ -97,7 +107,7 @@ class RunGroups:
     def options(self) -> dict:
         """What the launcher needs to make run groups (JSON)."""
         return {"bases": [[b, list(c)] for b, c in self.bases], "version": self.version,
-                "limits": self.limits, "kind": self.kind, "why": self.why}
+                "limits": self.limits, "kind": self.kind, "why": self.why}   # (totals: ours)
 
     @classmethod
     def from_options(cls, opts: dict) -> RunGroups:
@@ -120,6 +130,8 @@ class RunGroups:
                 raise OSError(f"no cgroup v1 {ctrl} hierarchy and no usable cgroup v2")
             self.bases.append((self._base(os.path.join(where[0], own[ctrl].lstrip("/"))), (ctrl,)))
         self.version = "1"
+        for base, controllers in self.bases:
+            self._bound(base, controllers)
         self.kind = "cgroup v1 " + "+".join(CONTROLLERS)
 
     def _try_v2(self, mount: str, own: str) -> bool:
@@ -139,6 +151,7 @@ class RunGroups:
             return False
         self.bases = [(base, CONTROLLERS)]
         self.version = "2"
+        self._bound(base, CONTROLLERS)
         self.kind = "cgroup v2 " + "+".join(CONTROLLERS)
         return True
 
@@ -153,6 +166,29 @@ class RunGroups:
         base = os.path.join(parent, f"toolsrv-{os.getpid()}-{self._n}")
         os.makedirs(base, exist_ok=True)
         return base
+
+    def _bound(self, base: str, controllers: tuple[str, ...]) -> None:
+        """Write the totals on a base group (the limits of all its runs together)."""
+        pids, memory = self.totals["pids"], self.totals["memory"]
+        if pids is not None and "pids" in controllers:
+            _write(os.path.join(base, "pids.max"), str(pids))
+        if memory is not None and "memory" in controllers:
+            _write(os.path.join(base, "memory.max" if self.version == "2"
+                                else "memory.limit_in_bytes"), str(memory))
+
+    def usage(self) -> dict[str, int]:
+        """What all runs use now: {"memory": bytes, "pids": n} (what can be read)."""
+        out: dict[str, int] = {}
+        files = {"memory": "memory.current" if self.version == "2" else "memory.usage_in_bytes",
+                 "pids": "pids.current"}
+        for base, controllers in self.bases:
+            for ctrl in controllers:
+                try:
+                    with open(os.path.join(base, files[ctrl])) as f:
+                        out[ctrl] = int(f.read().strip())
+                except (OSError, ValueError, KeyError):
+                    pass
+        return out
 
     def make(self) -> list[str]:
         """A run group (one directory per hierarchy) with the limits written: one a run
@@ -230,6 +266,37 @@ class RunGroups:
         self.bases = [b for b in self.bases if not _remove_tree(b[0])]
         return not self.bases
 
+
+
+def default_total_memory() -> int:
+    """Half the memory the server may use: the host's (MemTotal), or its own cgroup's
+    limit when that is lower; the default of `serve --max-run-memory`."""
+    have = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    have = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError):
+        pass
+    for ctrl, path in _own_groups().items():
+        if ctrl not in ("", "memory"):
+            continue
+        for where, kind, opts in _mounts():
+            if (kind == "cgroup2") != (ctrl == ""):
+                continue
+            if kind == "cgroup" and "memory" not in opts.split(","):
+                continue
+            name = "memory.max" if kind == "cgroup2" else "memory.limit_in_bytes"
+            try:
+                with open(os.path.join(where, path.lstrip("/"), name)) as f:
+                    text = f.read().strip()
+            except OSError:
+                continue
+            if text.isdigit() and 0 < int(text) < (have or 1 << 62):
+                have = int(text)
+    return (have or 8 << 30) // 2 // 4096 * 4096   # whole pages (v1 rounds down)
 
 
 def join(paths: list[str]) -> None:

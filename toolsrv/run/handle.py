@@ -20,12 +20,25 @@ class _Spare:
     """An init waiting for a run: its socket and a pidfd on it; `kind` is the warm key of
     a warm init (toolsrv/run/warminit.py), None for a cold one."""
 
-    __slots__ = ("sock", "pidfd", "known", "kind")
+    __slots__ = ("sock", "pidfd", "known", "kind", "rss")
 
     def __init__(self, sock: socket.socket, pidfd: int) -> None:
         self.sock, self.pidfd = sock, pidfd
         self.known: set[int] = set()  # the fixed path lists it has been sent
         self.kind: str | None = None
+        self.rss = 0  # bytes, as it went idle (a warm init: the launcher's memory bound)
+
+    def measure(self) -> int:
+        """Its resident memory now, in bytes (0 when it cannot be read)."""
+        pid = self.pid()
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            pass
+        return 0
 
     def pid(self) -> int | None:
         """The init's pid (in our namespace), from its pidfd."""

@@ -63,6 +63,7 @@ MAX_IDLE = 64  # idle inits kept at most
 IDLE_TRIM = 2.0  # seconds without a spawn: idle inits beyond SPARE_INITS are let go
 WARM_KEEP = 2  # warm inits kept per interpreter once IDLE_TRIM has passed without a spawn
 WARM_IDLE = 60.0  # seconds without a call of its kind: a kind's warm inits are let go
+CLOSE_GROUPS = 10.0  # seconds close() waits for the run groups to empty and go
 # the checkout that holds the toolsrv package: toolsrv/run/launcher.py, three levels down
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 _BOOT = "import sys; sys.path.insert(0, sys.argv[4]); from toolsrv.run.zygote import main; " \
@@ -104,6 +105,7 @@ class Launcher:
         self._warm_used: dict[str, float] = {}  # when a kind was last spawned
         self.warm_started = 0  # inits turned warm
         self.warm_lost = 0  # warm inits found dead while idle
+        self.warm_shed = 0  # idle warm inits let go for the memory budget
         self._warm_timer: asyncio.TimerHandle | None = None
         self._asked = 0  # spares asked of the zygote and not yet had
         self._last_spawn = 0.0
@@ -132,7 +134,9 @@ class Launcher:
         if self._groups is not None:  # a restart: the old launcher's groups may still be
             self._stale.append(self._groups)  # emptying; a new base for the new one
         self._stale = [g for g in self._stale if not g.close()]
-        self._groups = RunGroups.setup(self.limits.get("pids"), self.limits.get("memory"))
+        self._groups = RunGroups.setup(self.limits.get("pids"), self.limits.get("memory"),
+                                       self.limits.get("total_pids"),
+                                       self.limits.get("total_memory"))
         options = {**self.options, "groups": self._groups.options()}
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -330,6 +334,41 @@ class Launcher:
         if self._warm:
             self._warm_timer_soon()
 
+    def warm_budget(self) -> int | None:
+        """Bytes of RSS the idle warm inits may hold together (None: no bound)."""
+        return self.limits.get("warm_memory")
+
+    def _bound_warm(self) -> None:
+        """Idle warm inits over the memory budget: let go the least recently used (of the
+        kind called longest ago) until they fit; time bounds them as well (_trim_warm)."""
+        budget = self.warm_budget()
+        if budget is None:
+            return
+        total = sum(i.rss for pool in self._warm.values() for i in pool)
+        while total > budget:
+            kinds = [k for k, pool in self._warm.items() if pool]
+            if not kinds:
+                break
+            kind = min(kinds, key=lambda k: self._warm_used.get(k, 0.0))
+            init = self._warm[kind].popleft()
+            total -= init.rss
+            init.close()
+            self.warm_shed += 1
+
+    def totals_text(self) -> str:
+        """/status's line on all runs together: the base group's limits and use."""
+        g = self._groups
+        if g is None or not g.bases:
+            return f"run cgroups: none ({g.why if g is not None else 'launcher not started'})"
+        use, tot = g.usage(), g.totals
+        mem = (f"memory {tot['memory'] / 2**20:.1f} MiB" if tot["memory"] is not None
+               else "memory unbounded")
+        pids = f"pids {tot['pids']}" if tot["pids"] is not None else "pids unbounded"
+        used = ", ".join(f"{use['memory'] / 2**20:.1f} MiB" if k == "memory" else
+                         f"{use['pids']} pids" for k in ("memory", "pids") if k in use)
+        return f"run cgroups: {g.kind}; all runs together: {mem}, {pids}" + (
+            f" ({used} in use)" if used else "")
+
     def _low_water(self) -> None:
         """Ask the zygote for spares, while idle, when few inits are left idle."""
         if len(self._spares) + self._asked < SPARE_INITS and self._sock is not None:
@@ -344,6 +383,8 @@ class Launcher:
                 init.close()
                 return
             pool.append(init)
+            init.rss = init.measure()
+            self._bound_warm()
             if len(pool) > WARM_KEEP and self._trim is None:
                 self._trim = asyncio.get_running_loop().call_later(IDLE_TRIM, self._trim_idle)
             self._warm_timer_soon()
@@ -506,6 +547,16 @@ class Launcher:
             self._died()
             if gone is not None:
                 await asyncio.wait({gone}, timeout=5)
-        for groups in [*self._stale, *([self._groups] if self._groups else [])]:
-            groups.close()
+        # The groups empty as the killed runs' last processes are reaped, just after: try
+        # again until they are gone (bounded; what is left, the next start sweeps).
+        busy = [*self._stale, *([self._groups] if self._groups else [])]
         self._groups, self._stale = None, []
+        end = asyncio.get_running_loop().time() + CLOSE_GROUPS
+        while busy:
+            busy = [g for g in busy if not g.close()]
+            if not busy or asyncio.get_running_loop().time() > end:
+                break
+            await asyncio.sleep(0.02)
+        if busy:
+            log.warning("cgroups still busy at stop, left for the next start to sweep: %s",
+                        " ".join(b for g in busy for b, _ in g.bases))

@@ -32,7 +32,7 @@ from typing import Any
 from toolsrv.run import landlock
 from toolsrv.run.elevation import request_approval
 from toolsrv.run.idmap import Planner
-from toolsrv.run.launcher import Launcher, LauncherDied, LaunchHandle
+from toolsrv.run.launcher import WARM_IDLE, Launcher, LauncherDied, LaunchHandle
 from toolsrv.run.pumps import Collector, Feeder
 from toolsrv.record import Record
 from toolsrv.run.scratch import _Scratch
@@ -347,12 +347,16 @@ class Runner:
                 continue
             rss.setdefault(kind, []).append(kib)
         every = [k for v in rss.values() for k in v]
+        budget = la.warm_budget()
         lines = [f"runs: {len(la._handles)} running",
+                 la.totals_text(),
                  f"inits: {len(la._spares)} idle",
                  f"warm: {'on' if self.config.warm else 'off (--no-warm)'}; {len(every)} "
                  f"idle, {sum(every) / 1024:.1f} MiB RSS"
                  + (f" (largest {max(every) / 1024:.1f} MiB)" if every else "")
-                 + f"; {la.warm_started} made warm, {la.warm_lost} found dead"]
+                 + (f", at most {budget / 2**20:.1f} MiB" if budget is not None else "")
+                 + f" and {WARM_IDLE:g} s idle; {la.warm_started} made warm, "
+                 f"{la.warm_lost} found dead, {la.warm_shed} let go for memory"]
         for kind, kibs in sorted(rss.items()):
             python, boot, uid = ast.literal_eval(kind)[:3]
             lines.append(f"  {python} ({' '.join(f'{k}={v}' for k, v in boot) or 'no env'}"
