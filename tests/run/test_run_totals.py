@@ -161,27 +161,35 @@ def test_the_default_total_is_half_the_memory_and_documented():
 
 
 def test_idle_warm_interpreters_are_bounded_by_memory():
-    """A tiny budget: after a burst of warm calls, the idle warm interpreters' RSS stays
-    within it (the oldest let go at once, not after the idle time)."""
-    srv = Server("--max-warm-memory", "40M")
+    """A small budget: after a burst of warm runs, the idle warm interpreters' RSS stays
+    within it (the least recently used let go at once, not after the idle time); /status
+    shows the bound.  (An in-process runner: the tools' harness of tests/run.)"""
+    import asyncio
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from sandbox_support import LANDLOCK, NO_LANDLOCK, Harness
+    from toolsrv.run.runner import DEFAULT_RUN_LIMITS, RunnerConfig
+    if LANDLOCK.abi < 1:
+        pytest.skip(NO_LANDLOCK)
+    budget = 24 << 20
+    h = Harness(RunnerConfig(run_limits={**DEFAULT_RUN_LIMITS, "warm_memory": budget}),
+                warm=True)
     try:
-        with Client.connect(srv.addr) as c:
-            c.mkdir("session/w")
-            c.mkdir("session/w/agent/a")
-            c.rdwr("session/w/agent/a/ctl", b"tool_load pyecho")
-            threads = [threading.Thread(target=lambda i=i: Client.connect(srv.addr).rdwr(
-                "session/w/agent/a/tools/pyecho/call", json.dumps({"i": i}).encode()))
-                for i in range(8)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(120)
-        st = srv.status()
-        if "warm: on" not in st:
-            pytest.skip("no warm starts here: " + st)
-        line = next(ln for ln in st.splitlines() if ln.startswith("warm:"))
-        assert "at most 40.0 MiB" in line, st
-        idle_mib = float(line.split(" idle, ")[1].split(" MiB")[0])
-        assert idle_mib <= 40.0, st
+        tool = h.tools / "w.py"
+        tool.write_text("#!/usr/bin/python3\nimport time\ntime.sleep(0.5)\nprint('ok')\n")
+        tool.chmod(0o755)
+        async def burst():
+            return await asyncio.gather(*[h.runner.run(h.request([str(tool)]))
+                                          for _ in range(6)])
+        results = h.run_async(burst())
+        assert [r.stdout for r in results] == [b"ok\n"] * 6, results
+        if not any(r.warm for r in results):
+            pytest.skip("no warm starts here: " + h.runner.status_text())
+        la = h.runner.launcher
+        idle = [i for pool in la._warm.values() for i in pool]
+        assert sum(i.rss for i in idle) <= budget
+        assert la.warm_shed >= 1 and la.warm_started > len(idle), h.runner.status_text()
+        st = h.runner.status_text()
+        assert "at most 24.0 MiB and 60 s idle" in st and "let go for memory" in st, st
     finally:
-        assert srv.stop() == 0
+        h.close()
