@@ -290,10 +290,10 @@ def test_serve_parsed_without_argparse_as_argparse_parses_it(words, capsys):
 
 def test_serve_options_are_all_parsed_without_argparse():
     """Every option of `serve`, given in full with a plain value, takes the fast path."""
-    from toolsrv.cli.command import SERVE_OPTIONS, parse_serve
+    from toolsrv.cli.command import SERVE_OPTIONS, parse_serve, size
     words: list[str] = []
     for flags, kw in SERVE_OPTIONS:
         words.append(flags[-1])
         if kw.get("action") != "store_true":
-            words.append("7" if kw.get("type") in (int, float) else "v")
+            words.append("7" if kw.get("type") in (int, float, size) else "v")
     assert parse_serve(words) is not None
