@@ -80,6 +80,7 @@ class RunGroups:
                  total_pids: int | None = None, total_memory: int | None = None) -> None:
         self.limits = {"pids": pids, "memory": memory}
         self.totals = {"pids": total_pids, "memory": total_memory}
+        self.totals_why = ""   # why a total could not be set, if one could not
         self.bases: list[tuple[str, tuple[str, ...]]] = []  # (base dir, its controllers)
         self.version = ""
         self.kind = "none"
@@ -168,13 +169,22 @@ class RunGroups:
         return base
 
     def _bound(self, base: str, controllers: tuple[str, ...]) -> None:
-        """Write the totals on a base group (the limits of all its runs together)."""
+        """Write the totals on a base group (the limits of all its runs together); one
+        that cannot be written is left unbounded, and totals_why says why (the per-run
+        groups are made all the same)."""
         pids, memory = self.totals["pids"], self.totals["memory"]
+        files = []
         if pids is not None and "pids" in controllers:
-            _write(os.path.join(base, "pids.max"), str(pids))
+            files.append(("pids", "pids.max", pids))
         if memory is not None and "memory" in controllers:
-            _write(os.path.join(base, "memory.max" if self.version == "2"
-                                else "memory.limit_in_bytes"), str(memory))
+            files.append(("memory", "memory.max" if self.version == "2"
+                          else "memory.limit_in_bytes", memory))
+        for ctrl, name, value in files:
+            try:
+                _write(os.path.join(base, name), str(value))
+            except OSError as e:
+                self.totals[ctrl] = None
+                self.totals_why = f"{name}: {e.strerror or e}"
 
     def usage(self) -> dict[str, int]:
         """What all runs use now: {"memory": bytes, "pids": n} (what can be read)."""

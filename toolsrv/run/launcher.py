@@ -367,7 +367,8 @@ class Launcher:
         used = ", ".join(f"{use['memory'] / 2**20:.1f} MiB" if k == "memory" else
                          f"{use['pids']} pids" for k in ("memory", "pids") if k in use)
         return f"run cgroups: {g.kind}; all runs together: {mem}, {pids}" + (
-            f" ({used} in use)" if used else "")
+            f" ({used} in use)" if used else "") + (
+            f"; not bounded: {g.totals_why}" if g.totals_why else "")
 
     def _low_water(self) -> None:
         """Ask the zygote for spares, while idle, when few inits are left idle."""
