@@ -319,3 +319,23 @@ def test_every_change_on_a_full_disk_is_refused_and_a_restart_restores_what_was_
         subprocess.run(["umount", mnt])
         os.rmdir(mnt)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_stop_whose_final_save_fails_says_so(monkeypatch, capfd):
+    """(Any uid; the exit status of a real server is checked on the full tmpfs above.)"""
+    full = [False]
+    _disk_full_from(monkeypatch, full)
+    a = AppThread([BUNDLED]).start()
+    try:
+        with Client.connect(a.addr) as c:
+            c.mkdir("session/s")
+            cwd = c.read("session/s/cwd").decode().strip()
+        full[0] = True
+        a.stop()
+        shutil.rmtree(cwd, ignore_errors=True)
+        assert a.app.stop_error == ("state not saved at stop: No space left on device "
+                                    "(the state saved before it is kept)")
+        assert "toolsrv: state not saved at stop: No space left on device" in capfd.readouterr().err
+    finally:
+        full[0] = False
+        stop_clean(a)
