@@ -8,11 +8,14 @@ does is what an agent does with `rdwr`:
              and every listed tool's `tools/<name>/meta` (concurrently, one connection),
              keep them until the revision moves again.  `--tools` narrows the listing.
   a seat     one MCP connection's session and agent (`Seat`), made on its first call:
-             `mkdir session/<client>-<pid>` (a suffix -2, -3, ... when that exists), its
-             cwd set to the directory `toolsrv mcp` runs in (or --cwd), then
-             `mkdir .../agent/<client>`; with --session/--agent those names, made when
-             missing and reused when present.  What the face made and named itself it
-             removes when the connection ends; what it was told to use, it leaves.
+             `mkdir session/<client>-<pid>` (a suffix -2, -3, ... when that exists),
+             temporary (DMTMP: never saved in the server's state), its cwd set to the
+             directory `toolsrv mcp` runs in (or --cwd), then `mkdir .../agent/<client>`;
+             with --session that session, made when missing and reused when present,
+             and an agent of the connection's own in it (`<client>`, `<client>-2`, ...:
+             one that exists is never taken); with --agent that agent, shared.  What the
+             face made and named itself it removes when the connection ends; what it
+             was told to use, it leaves.
   a call     `tool_load NAME` on the agent's ctl (once per seat and tool), then an rdwr
              of `.../tools/NAME/call` with the JSON args: the result is the read.  A
              failure (Rerror on the write: invalid args; on the read: exit, timeout,
@@ -227,7 +230,7 @@ class Face:
         else:
             for n in range(1, 100):
                 seat.session = f"{seat.client}-{seat.pid}" + (f"-{n}" if n > 1 else "")
-                if await nine.mkdir(f"session/{seat.session}"):
+                if await nine.mkdir(f"session/{seat.session}", temporary=True):
                     seat.own_session = True
                     break
             else:
@@ -238,9 +241,18 @@ class Face:
                     await nine.write(f"session/{seat.session}/cwd", cwd.encode())
                 except NinePError:
                     pass        # not a directory the server sees: its private cwd stays
-        seat.agent = self.agent or seat.client
-        made = await nine.mkdir(f"session/{seat.session}/agent/{seat.agent}")
-        seat.own_agent = made and not self.agent
+        if self.agent:                  # told which: shared by every connection, kept
+            seat.agent = self.agent
+            await nine.mkdir(f"session/{seat.session}/agent/{seat.agent}")
+        else:                           # its own, never one another connection holds
+            for n in range(1, 1000):
+                seat.agent = seat.client + (f"-{n}" if n > 1 else "")
+                if await nine.mkdir(f"session/{seat.session}/agent/{seat.agent}"):
+                    break
+            else:
+                raise NinePError(f"session/{seat.session}/agent/{seat.client}: all names "
+                                 "in use")
+            seat.own_agent = True
         seat.loaded.clear()
         seat.ready = True
 
@@ -287,7 +299,11 @@ class Face:
         for attempt in (1, 2):
             async with seat.lock:
                 if not seat.ready:
-                    await self._make(seat)
+                    try:
+                        await self._make(seat)
+                    except NinePError as e:
+                        return error_result(f"toolsrv at {self.where} cannot make this "
+                                            f"connection's session: {e}")
             nine = await self.conn()
             try:
                 if name not in seat.loaded:

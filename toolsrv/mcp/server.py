@@ -9,8 +9,11 @@ it over stdio (default) or streamable HTTP (http.py).
 Connections.  Every MCP connection of the handshake era (stdio, a stateful HTTP session)
 is met by a middleware on its first message: it gets a `Seat` (its session and agent,
 made on its first call) and a teardown on the SDK's per-connection exit stack that
-removes them.  A request of the 2026 era arrives without a connection that outlives
-it; its seat is the client's, kept until `toolsrv mcp` exits.
+removes them.  A seat is never shared, whatever the client calls itself: its name is a
+label.  A request of the 2026 era arrives without a connection that outlives it: over
+stdio the process is the client's connection (one seat, until `toolsrv mcp` exits);
+over HTTP nothing ties two requests together, so each `tools/call` gets a seat of its
+own, removed when the call ends (no state is carried from one call to the next).
 
 Notifications.  The face's watcher (revwait) calls `changed()`: every live
 handshake-era connection gets `notifications/tools/list_changed` on its standalone
@@ -72,18 +75,24 @@ class Wiring:
         self.face = face
         self.pid = pid                    # the client's pid (stdio: our parent), or None
         self.conns: dict[int, tuple[Any, Seat]] = {}
-        self.by_client: dict[str, Seat] = {}   # 2026-era requests: one seat per client
+        self.modern: Seat | None = None     # 2026-era requests over stdio: the process's
+        self.http = False                   # set by http.py: 2026-era seats per request
         self.bus = InMemorySubscriptionBus()
+        self.notes = NotificationOptions(tools_changed=True)
         self.server: Server[Any] = Server(
             "toolsrv", version=_version(),
             instructions=INSTRUCTIONS + (SEARCH_INSTRUCTIONS if face.search else ""),
             on_list_tools=self.list_tools, on_call_tool=self.call_tool,
             on_subscriptions_listen=ListenHandler(self.bus))
         self.server.middleware.append(self._meet)
+        # the capabilities are the same on every transport: HTTP's session manager asks
+        # for the default options, which would say listChanged: false
+        made = self.server.create_initialization_options
+        self.server.create_initialization_options = (  # type: ignore[method-assign]
+            lambda notes=None, *a, **k: made(notes or self.notes, *a, **k))
 
     def init_options(self) -> Any:
-        return self.server.create_initialization_options(
-            NotificationOptions(tools_changed=True))
+        return self.server.create_initialization_options(self.notes)
 
     # -- connections --
     async def _meet(self, ctx: Any, call_next: Any) -> Any:
@@ -104,7 +113,9 @@ class Wiring:
             with anyio.move_on_after(5, shield=True):
                 await self.face.release(seat)
 
-    def seat_of(self, ctx: Any) -> Seat:
+    def seat_of(self, ctx: Any) -> tuple[Seat, bool]:
+        """The seat of a request, and whether it is the request's own (to release at its
+        end: a 2026-era request over HTTP)."""
         client = _client(ctx)
         conn = _connection(ctx)
         got = self.conns.get(id(conn)) if conn is not None else None
@@ -112,11 +123,12 @@ class Wiring:
             seat = got[1]
             if not seat.ready:
                 seat.client = clean_name(client)   # known by now
-            return seat
-        seat = self.by_client.get(client)
-        if seat is None:
-            seat = self.by_client[client] = self.face.seat(client, self.pid)
-        return seat
+            return seat, False
+        if self.http:
+            return self.face.seat(client, None), True
+        if self.modern is None:
+            self.modern = self.face.seat(client, self.pid)
+        return self.modern, False
 
     async def changed(self) -> None:
         """The registry moved: tell every connection that can hear it."""
@@ -139,10 +151,15 @@ class Wiring:
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams
                         ) -> types.CallToolResult:
         args = params.arguments if params.arguments is not None else {}
+        seat, once = self.seat_of(ctx)
         try:
-            res = await self.face.call(self.seat_of(ctx), params.name, args)
+            res = await self.face.call(seat, params.name, args)
         except Unknown as e:
             raise MCPError(types.INVALID_PARAMS, str(e)) from None
+        finally:
+            if once:
+                with anyio.move_on_after(5, shield=True):
+                    await self.face.release(seat)
         return _result(res)
 
 
