@@ -82,12 +82,22 @@ def tool_of(name: str, meta: dict[str, Any], tier: str = "") -> Tool:
     prompt = str(meta.get("prompt") or "").strip()
     if prompt and prompt != desc:
         desc = f"{desc}\n\n{prompt}" if desc else prompt
-    schema = meta.get("args")
-    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
-        schema = {"type": "object", "properties": {}}    # MCP wants an object schema
-    elif "type" not in schema:
-        schema = {"type": "object", **schema}
-    return Tool(name, desc, schema, bool(meta.get("readOnly")), tier)
+    return Tool(name, desc, object_schema(meta.get("args")), bool(meta.get("readOnly")), tier)
+
+
+def object_schema(schema: Any) -> dict[str, Any]:
+    """An args schema as MCP's inputSchema (`"type": "object"`, which clients rely on):
+    as written when it says so; `"type": ["object", ...]` (which .meta allows) as
+    `"type": "object"` with everything else kept; no type at all, an object schema with
+    the rest kept; anything else (not an object schema) one that takes any object."""
+    if not isinstance(schema, dict):
+        return {"type": "object", "properties": {}}
+    t = schema.get("type", "object")
+    if t == "object":
+        return schema if "type" in schema else {"type": "object", **schema}
+    if isinstance(t, list) and "object" in t:
+        return {**schema, "type": "object"}
+    return {"type": "object", "properties": {}}
 
 
 SEARCH_TOOLS = [
@@ -279,19 +289,25 @@ class Face:
             if not isinstance(args, dict) or not isinstance(args.get("name"), str):
                 return error_result("call_tool: give the tool's name (a string) and its "
                                     "arguments (an object)")
-            name, args = args["name"], args.get("arguments", {})
+            name, args, by_name = args["name"], args.get("arguments", {}), True
+        else:
+            by_name = False
         if not isinstance(args, dict):
             return error_result(f"invalid args: {name} takes an object, not "
                                 f"{type(args).__name__}")
         try:
-            return await self._call(seat, name, args)
+            return await self._call(seat, name, args, by_name)
         except Unavailable as e:
             return error_result(str(e))
         except ConnectionError as e:     # hung up mid-way: dialled again on the next call
             return error_result(f"toolsrv at {self.where} hung up: {e}")
 
-    async def _call(self, seat: Seat, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    async def _call(self, seat: Seat, name: str, args: dict[str, Any],
+                    by_name: bool = False) -> dict[str, Any]:
         if name not in await self.registry() and name not in await self.registry(fresh=True):
+            if by_name:                 # call_tool's argument: an error of that call
+                return error_result(f"call_tool: unknown tool: {name}; "
+                                    + closest(name, list(await self.registry())))
             raise Unknown(f"unknown tool: {name}" + (
                 " (search_tools finds the tools)" if self.search else
                 " (tools/list lists the tools)"))
@@ -387,6 +403,16 @@ class Face:
                 rev = new
                 self._listing = None
                 await changed()
+
+
+def closest(name: str, names: list[str], n: int = 5) -> str:
+    """The tools whose names are closest to `name`, said for a model to pick from."""
+    import difflib
+    near = difflib.get_close_matches(name, names, n=n, cutoff=0.5)
+    near += [t for t in names if name.lower() in t.lower() and t not in near][:n - len(near)]
+    if not near:
+        return "no tool has a name like it (search_tools finds tools by what they do)"
+    return "the closest: " + ", ".join(near) + " (search_tools finds tools by what they do)"
 
 
 def _here() -> str | None:

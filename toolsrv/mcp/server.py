@@ -25,6 +25,7 @@ cancellation reaches the 9P read of `call`, which ninep.py flushes: toolsrv kill
 """
 from __future__ import annotations
 
+import base64
 import logging
 from typing import Any
 
@@ -142,11 +143,18 @@ class Wiring:
 
     # -- handlers --
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        start = _offset(getattr(params, "cursor", None) if params is not None else None)
         try:
             tools = await self.face.listing()
         except Exception as e:
             raise MCPError(types.INTERNAL_ERROR, f"toolsrv: {e}") from None
-        return types.ListToolsResult.model_validate({"tools": [t.wire() for t in tools]})
+        if start > len(tools):
+            raise MCPError(types.INVALID_PARAMS, "invalid cursor: past the end of the list "
+                           "(list again without a cursor)")
+        page: dict[str, Any] = {"tools": [t.wire() for t in tools[start:start + PAGE]]}
+        if start + PAGE < len(tools):
+            page["nextCursor"] = _cursor(start + PAGE)
+        return types.ListToolsResult.model_validate(page)
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams
                         ) -> types.CallToolResult:
@@ -161,6 +169,32 @@ class Wiring:
                 with anyio.move_on_after(5, shield=True):
                     await self.face.release(seat)
         return _result(res)
+
+
+PAGE = 500          # tools per tools/list page (doc/mcp.md)
+_CURSOR = "toolsrv-offset-"
+
+
+def _cursor(offset: int) -> str:
+    """An opaque cursor: where the next page starts, in the list as it is then."""
+    return base64.urlsafe_b64encode(f"{_CURSOR}{offset}".encode()).decode()
+
+
+def _offset(cursor: str | None) -> int:
+    """Where a page starts: 0 without a cursor; -32602 for one this face did not make."""
+    if cursor is None:
+        return 0
+    try:
+        text = base64.urlsafe_b64decode(cursor.encode("ascii")).decode()
+        if not text.startswith(_CURSOR):
+            raise ValueError(text)
+        offset = int(text[len(_CURSOR):])
+        if offset < 0:
+            raise ValueError(offset)
+    except (ValueError, UnicodeError):
+        raise MCPError(types.INVALID_PARAMS, f"invalid cursor {cursor[:40]!r}: give the "
+                       "nextCursor of the page before, or none") from None
+    return offset
 
 
 _JSON_TYPES = {list: "an array", str: "a string", bool: "a boolean", int: "a number",
