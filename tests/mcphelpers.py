@@ -53,14 +53,16 @@ def env(**extra: str) -> dict[str, str]:
 
 @contextlib.asynccontextmanager
 async def stdio_face(*args: str, cwd: str | None = None, environ: dict[str, str] | None = None,
-                     handler: Any = None, errlog: Any = None) -> AsyncIterator[ClientSession]:
+                     handler: Any = None, errlog: Any = None, **session: Any
+                     ) -> AsyncIterator[ClientSession]:
     """An initialized SDK client session to `toolsrv mcp ARGS` over stdio."""
     params = StdioServerParameters(command=FACE[0], args=[*FACE[1:], *args],
                                    env=environ or env(), cwd=cwd or tempfile.gettempdir())
     log = errlog or open(os.devnull, "w")
     try:
         async with stdio_client(params, errlog=log) as (r, w):
-            async with ClientSession(r, w, message_handler=handler, client_info=CLIENT) as s:
+            async with ClientSession(r, w, message_handler=handler, client_info=CLIENT,
+                                     **session) as s:
                 with anyio.fail_after(WAIT):
                     await s.initialize()
                 yield s

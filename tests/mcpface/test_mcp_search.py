@@ -80,6 +80,7 @@ def test_search_tools_finds_tools(server):
     assert 1 <= len(found) <= 3
     assert all(set(f) == {"name", "score", "description", "inputSchema"} for f in found)
     assert "echo" in [f["name"] for f in found]
+    assert r.structured_content == {"tools": found}      # structured, as its outputSchema says
 
 
 def test_search_tools_without_tools_search_says_so(server):

@@ -44,9 +44,8 @@ import re
 from typing import Any, Awaitable, Callable
 
 from .ninep import NineP, NinePError
-
-SEARCH_TOOL, CALL_TOOL = "search_tools", "call_tool"
-SEARCH_LIMIT = 10
+from .tools import (CALL_TOOL, SEARCH_LIMIT, SEARCH_TOOL, SEARCH_TOOLS, Tool, call_result,
+                    closest, error_result, tool_of)
 
 
 class Unknown(Exception):
@@ -56,66 +55,6 @@ class Unknown(Exception):
 class Unavailable(Exception):
     """The 9P server does not answer (hung up, and dialling again failed)."""
 
-
-class Tool:
-    """One listed tool, from tools/index and tools/<name>/meta."""
-    __slots__ = ("name", "description", "schema", "read_only", "tier")
-
-    def __init__(self, name: str, description: str, schema: dict[str, Any],
-                 read_only: bool = False, tier: str = "") -> None:
-        self.name, self.description, self.schema = name, description, schema
-        self.read_only, self.tier = read_only, tier
-
-    def wire(self) -> dict[str, Any]:
-        """The tool as MCP's tools/list spells it."""
-        out: dict[str, Any] = {"name": self.name, "description": self.description,
-                               "inputSchema": self.schema}
-        if self.read_only:
-            out["annotations"] = {"readOnlyHint": True}
-        return out
-
-
-def tool_of(name: str, meta: dict[str, Any], tier: str = "") -> Tool:
-    """A Tool from the JSON of tools/<name>/meta: its description, then its prompt (the
-    model-facing documentation) when it has one; its args schema, as an object schema."""
-    desc = str(meta.get("description") or "").strip()
-    prompt = str(meta.get("prompt") or "").strip()
-    if prompt and prompt != desc:
-        desc = f"{desc}\n\n{prompt}" if desc else prompt
-    return Tool(name, desc, object_schema(meta.get("args")), bool(meta.get("readOnly")), tier)
-
-
-def object_schema(schema: Any) -> dict[str, Any]:
-    """An args schema as MCP's inputSchema (`"type": "object"`, which clients rely on):
-    as written when it says so; `"type": ["object", ...]` (which .meta allows) as
-    `"type": "object"` with everything else kept; no type at all, an object schema with
-    the rest kept; anything else (not an object schema) one that takes any object."""
-    if not isinstance(schema, dict):
-        return {"type": "object", "properties": {}}
-    t = schema.get("type", "object")
-    if t == "object":
-        return schema if "type" in schema else {"type": "object", **schema}
-    if isinstance(t, list) and "object" in t:
-        return {**schema, "type": "object"}
-    return {"type": "object", "properties": {}}
-
-
-SEARCH_TOOLS = [
-    Tool(SEARCH_TOOL, "Find the tools for a need, described in words. Returns the best "
-         "matching tools, best first, each with its name, score, description and "
-         "inputSchema; call one with call_tool.",
-         {"type": "object", "properties": {
-             "need": {"type": "string", "description": "what you want to do, in words"},
-             "limit": {"type": "integer", "minimum": 1, "maximum": 100,
-                       "description": f"how many tools at most (default {SEARCH_LIMIT})"}},
-          "required": ["need"]}, read_only=True),
-    Tool(CALL_TOOL, "Call a tool found with search_tools, by name, with its arguments "
-         "(an object valid against that tool's inputSchema).",
-         {"type": "object", "properties": {
-             "name": {"type": "string", "description": "the tool's name"},
-             "arguments": {"type": "object", "description": "the tool's arguments"}},
-          "required": ["name"]}),
-]
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -138,6 +77,7 @@ class Seat:
         self.own_agent = False
         self.loaded: set[str] = set()
         self.ready = False
+        self.cwd: str | None = None  # the client's root, when it gave one ("" for none)
         self.lock = asyncio.Lock()
 
     @property
@@ -163,6 +103,7 @@ class Face:
         self._watching: int | None = None   # the revision the watcher's revwait waits on
         self.seats: set[Seat] = set()
         self._serial = 0
+        self._networks: dict[str, bool | None] = {}
 
     # -- the connection --
     async def conn(self) -> NineP:
@@ -200,6 +141,8 @@ class Face:
             return self._listing[1]
         nine = await self.conn()
         index = (await nine.read("tools/index")).decode(errors="replace")
+        self._networks.clear()              # profiles read again with the registry
+        profile = await self._profile(nine)
         rows = [line.split("\t") for line in index.splitlines() if line.strip()]
         rows = [r for r in rows if self.only is None or r[0] in self.only]
 
@@ -208,10 +151,32 @@ class Face:
                 meta = json.loads(await nine.read(f"tools/{row[0]}/meta"))
             except (NinePError, ValueError):
                 return None                  # gone since the index was read
-            return tool_of(row[0], meta, row[1] if len(row) > 1 else "")
+            return tool_of(row[0], meta, row[1] if len(row) > 1 else "", self.open_world,
+                           profile)
         tools = {t.name: t for t in await asyncio.gather(*map(one, rows)) if t is not None}
         self._listing = (rev, tools)
         return tools
+
+    async def _profile(self, nine: NineP) -> str:
+        """The profile the face's sessions run under: --session's, else `default`."""
+        if self.session:
+            try:
+                return (await nine.read(f"session/{self.session}/sandbox")).decode().strip()
+            except NinePError:
+                pass
+        return "default"
+
+    def open_world(self, profile: str) -> bool | None:
+        """Whether `profile` gives its runs a network (openWorldHint), as its file says;
+        None when it cannot be read here (the hint is then left out)."""
+        if profile not in self._networks:
+            try:
+                from ..run.sandbox import load_profile
+                p = load_profile(profile)
+                self._networks[profile] = bool(p.network_enabled or p.unrestricted_network)
+            except Exception:
+                self._networks[profile] = None
+        return self._networks[profile]
 
     async def listing(self) -> list[Tool]:
         """What tools/list answers."""
@@ -234,7 +199,7 @@ class Face:
         if self.session:
             seat.session = self.session
             made = await nine.mkdir(f"session/{seat.session}")
-            cwd = self.cwd or (_here() if made else None)   # as `toolsrv call` does
+            cwd = (seat.cwd or self.cwd or _here()) if made else None  # as `toolsrv call`
             if cwd:
                 await nine.write(f"session/{seat.session}/cwd", cwd.encode())
         else:
@@ -245,7 +210,7 @@ class Face:
                     break
             else:
                 raise NinePError(f"session/{seat.client}-{seat.pid}: all names in use")
-            cwd = self.cwd or _here()
+            cwd = seat.cwd or self.cwd or _here()
             if cwd:
                 try:
                     await nine.write(f"session/{seat.session}/cwd", cwd.encode())
@@ -265,6 +230,26 @@ class Face:
             seat.own_agent = True
         seat.loaded.clear()
         seat.ready = True
+
+    async def move(self, seat: Seat, cwd: str) -> None:
+        """The client's root moved: the cwd of the session made for it follows (a
+        --session keeps its own); before the session is made, it is made there."""
+        seat.cwd = cwd
+        if seat.ready and seat.own_session:
+            try:
+                await (await self.conn()).write(f"session/{seat.session}/cwd", cwd.encode())
+            except (NinePError, ConnectionError, Unavailable):
+                pass            # not a directory the server sees: the cwd stays
+
+    async def log_text(self, seat: Seat) -> str:
+        """The seat's agent's log ("" before its first call made the agent)."""
+        if not seat.ready:
+            return ""
+        try:
+            return (await (await self.conn()).read(f"{seat.base}/log")).decode(
+                errors="replace")
+        except (NinePError, ConnectionError, Unavailable):
+            return ""
 
     async def release(self, seat: Seat) -> None:
         """The connection of `seat` ended: remove what was made for it."""
@@ -335,7 +320,7 @@ class Face:
                 return error_result(str(e), await self._log_line(seat, name))
             except ConnectionError as e:
                 return error_result(f"toolsrv at {self.where} hung up during the call: {e}")
-            return call_result(out)
+            return call_result(out, (await self.registry()).get(name))
         raise AssertionError("unreachable")
 
     async def _log_line(self, seat: Seat, name: str) -> str:
@@ -376,10 +361,13 @@ class Face:
             if len(parts) < 2 or parts[0] not in tools:
                 continue                     # narrowed away by --tools, or gone
             t = tools[parts[0]]
-            found.append({"name": t.name, "score": _number(parts[1]),
-                          "description": t.description, "inputSchema": t.schema})
+            hit: dict[str, Any] = {"name": t.name, "score": _number(parts[1]),
+                                   "description": t.description, "inputSchema": t.schema}
+            if not isinstance(hit["score"], float):
+                del hit["score"]                 # not a number: left out, never a string
+            found.append(hit)
         return {"content": [{"type": "text", "text": json.dumps(found, indent=1)}],
-                "isError": False}
+                "structuredContent": {"tools": found}, "isError": False}
 
     # -- watching --
     async def watch(self, changed: Callable[[], Awaitable[None]]) -> None:
@@ -405,16 +393,6 @@ class Face:
                 await changed()
 
 
-def closest(name: str, names: list[str], n: int = 5) -> str:
-    """The tools whose names are closest to `name`, said for a model to pick from."""
-    import difflib
-    near = difflib.get_close_matches(name, names, n=n, cutoff=0.5)
-    near += [t for t in names if name.lower() in t.lower() and t not in near][:n - len(near)]
-    if not near:
-        return "no tool has a name like it (search_tools finds tools by what they do)"
-    return "the closest: " + ", ".join(near) + " (search_tools finds tools by what they do)"
-
-
 def _here() -> str | None:
     try:
         return os.getcwd()
@@ -423,33 +401,8 @@ def _here() -> str | None:
 
 
 def _number(s: str) -> float | str:
+    """A score as a number, or the text as it was when it is not one."""
     try:
         return float(s)
     except ValueError:
         return s
-
-
-def error_result(why: str, log_line: str = "") -> dict[str, Any]:
-    """An isError result: toolsrv's error string, and its log line when there is one."""
-    text = why if not log_line else f"{why}\nlog: {log_line}"
-    return {"content": [{"type": "text", "text": text}], "isError": True}
-
-
-def call_result(out: bytes) -> dict[str, Any]:
-    """A tool's stdout as an MCP result: text content, or, when the output is a JSON
-    object with a `content` list, that object passed through (its content blocks, and
-    its isError and structuredContent when present); server.py checks its shape."""
-    text = out.decode(errors="replace")
-    if text.lstrip().startswith("{"):
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            obj = None
-        if isinstance(obj, dict) and isinstance(obj.get("content"), list):
-            res: dict[str, Any] = {"content": obj["content"],
-                                   "isError": obj.get("isError") is True}
-            if isinstance(obj.get("structuredContent"), dict):
-                res["structuredContent"] = obj["structuredContent"]
-            res["_text"] = text                 # the fallback, should the shape be wrong
-            return res
-    return {"content": [{"type": "text", "text": text}], "isError": False}

@@ -33,9 +33,11 @@ import anyio
 import mcp_types as types
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp.server.lowlevel.server import NotificationOptions, Server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.subscriptions import (InMemorySubscriptionBus, ListenHandler,
+                                      PromptsListChanged, ToolsListChanged)
 from mcp.shared.exceptions import MCPError
 
+from . import extras
 from .face import Face, Seat, Unknown, clean_name
 
 log = logging.getLogger("toolsrv.mcp")
@@ -79,11 +81,16 @@ class Wiring:
         self.modern: Seat | None = None     # 2026-era requests over stdio: the process's
         self.http = False                   # set by http.py: 2026-era seats per request
         self.bus = InMemorySubscriptionBus()
-        self.notes = NotificationOptions(tools_changed=True)
+        self.notes = NotificationOptions(tools_changed=True, prompts_changed=True)
+        self.subscribed: set[int] = set()   # connections subscribed to the log
         self.server: Server[Any] = Server(
             "toolsrv", version=_version(),
             instructions=INSTRUCTIONS + (SEARCH_INSTRUCTIONS if face.search else ""),
             on_list_tools=self.list_tools, on_call_tool=self.call_tool,
+            on_list_prompts=self.list_prompts, on_get_prompt=self.get_prompt,
+            on_list_resources=self.list_resources, on_read_resource=self.read_resource,
+            on_subscribe_resource=self.subscribe, on_unsubscribe_resource=self.unsubscribe,
+            on_roots_list_changed=self.roots_changed,
             on_subscriptions_listen=ListenHandler(self.bus))
         self.server.middleware.append(self._meet)
         # the capabilities are the same on every transport: HTTP's session manager asks
@@ -109,6 +116,7 @@ class Wiring:
         return await call_next(ctx)
 
     async def _gone(self, key: int) -> None:
+        self.subscribed.discard(key)
         conn, seat = self.conns.pop(key, (None, None))
         if seat is not None:
             with anyio.move_on_after(5, shield=True):
@@ -132,14 +140,17 @@ class Wiring:
         return self.modern, False
 
     async def changed(self) -> None:
-        """The registry moved: tell every connection that can hear it."""
+        """The registry moved: tell every connection that can hear it (the tools, and
+        the prompts, which are the tools')."""
         for conn, _ in list(self.conns.values()):
             if conn.protocol_version not in MODERN_PROTOCOL_VERSIONS:
                 try:
                     await conn.send_tool_list_changed()
+                    await conn.send_prompt_list_changed()
                 except Exception as e:      # a connection going away: not ours to fail
                     log.debug("list_changed not sent: %s", e)
         await self.bus.publish(ToolsListChanged())
+        await self.bus.publish(PromptsListChanged())
 
     # -- handlers --
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
@@ -160,15 +171,66 @@ class Wiring:
                         ) -> types.CallToolResult:
         args = params.arguments if params.arguments is not None else {}
         seat, once = self.seat_of(ctx)
+        if not seat.ready and seat.cwd is None and extras.wants_roots(ctx):
+            seat.cwd = await extras.first_root(ctx) or ""
+
+        async def work() -> dict[str, Any]:
+            return await self.face.call(seat, params.name, args)
         try:
-            res = await self.face.call(seat, params.name, args)
+            if extras.progress_token(params) is not None:
+                res = await extras.with_progress(ctx, params.name, work)
+            else:
+                res = await work()
         except Unknown as e:
             raise MCPError(types.INVALID_PARAMS, str(e)) from None
         finally:
             if once:
                 with anyio.move_on_after(5, shield=True):
                     await self.face.release(seat)
+        conn = _connection(ctx)
+        if conn is not None and id(conn) in self.subscribed:
+            try:
+                await conn.send_resource_updated(extras.LOG_URI)
+            except Exception as e:
+                log.debug("resources/updated not sent: %s", e)
         return _result(res)
+
+    # -- prompts, the log, roots (extras.py) --
+    async def list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
+        return extras.prompt_list(list((await self.face.registry()).values()))
+
+    async def get_prompt(self, ctx: Any, params: Any) -> types.GetPromptResult:
+        return extras.prompt_get(await self.face.registry(), params.name)
+
+    async def list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
+        return extras.resource_list()
+
+    async def read_resource(self, ctx: Any, params: Any) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        if uri != extras.LOG_URI:
+            return extras.resource_contents(uri, "")
+        seat, once = self.seat_of(ctx)
+        return extras.resource_contents(uri, "" if once else await self.face.log_text(seat))
+
+    async def subscribe(self, ctx: Any, params: Any) -> types.EmptyResult:
+        conn = _connection(ctx)
+        if conn is not None:
+            self.subscribed.add(id(conn))
+        return types.EmptyResult()
+
+    async def unsubscribe(self, ctx: Any, params: Any) -> types.EmptyResult:
+        conn = _connection(ctx)
+        if conn is not None:
+            self.subscribed.discard(id(conn))
+        return types.EmptyResult()
+
+    async def roots_changed(self, ctx: Any, params: Any) -> None:
+        seat, once = self.seat_of(ctx)
+        if once:
+            return
+        root = await extras.first_root(ctx)
+        if root:
+            await self.face.move(seat, root)
 
 
 PAGE = 500          # tools per tools/list page (doc/mcp.md)
