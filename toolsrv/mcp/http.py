@@ -195,14 +195,14 @@ async def serve_http(wiring: Wiring, listen: Listen) -> None:
         streamable_http_path="/mcp", session_idle_timeout=listen.idle_timeout,
         max_sessions=listen.max_sessions,     # the gate checks Origin and Host instead
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-    print(f"toolsrv mcp: streamable HTTP on http://{_hostport(host, port)}/mcp"
-          + (f" (bearer token required: the text of {listen.token_file})" if token else
-             " (--no-token: any local user can connect)"),
-          file=sys.stderr, flush=True)
     if listen.made:
         print(f"toolsrv mcp: made the bearer token {token.decode()} in {listen.token_file} "
               "(mode 600): clients send `Authorization: Bearer <it>`",
               file=sys.stderr, flush=True)
+    print(f"toolsrv mcp: streamable HTTP on http://{_hostport(host, port)}/mcp"
+          + (f" (bearer token required: the text of {listen.token_file})" if token else
+             " (--no-token: any local user can connect)"),
+          file=sys.stderr, flush=True)
     gate = Gate(app, token, port, is_loopback(host), listen.token_file or "")
     config = uvicorn.Config(gate, log_level="warning", lifespan="on", access_log=False)
     try:
