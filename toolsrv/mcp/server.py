@@ -210,11 +210,14 @@ class Wiring:
         if uri != extras.LOG_URI:
             return extras.resource_contents(uri, "")
         seat, once = self.seat_of(ctx)
-        return extras.resource_contents(uri, "" if once else await self.face.log_text(seat))
+        if once:                            # a 2026-era request over HTTP: nothing logged
+            self.face.seats.discard(seat)
+            return extras.resource_contents(uri, "")
+        return extras.resource_contents(uri, await self.face.log_text(seat))
 
     async def subscribe(self, ctx: Any, params: Any) -> types.EmptyResult:
         conn = _connection(ctx)
-        if conn is not None:
+        if conn is not None and id(conn) in self.conns:     # a connection that lasts
             self.subscribed.add(id(conn))
         return types.EmptyResult()
 
@@ -227,6 +230,7 @@ class Wiring:
     async def roots_changed(self, ctx: Any, params: Any) -> None:
         seat, once = self.seat_of(ctx)
         if once:
+            self.face.seats.discard(seat)
             return
         root = await extras.first_root(ctx)
         if root:
