@@ -98,21 +98,15 @@ class HttpFace:
     `token` the bearer token it made in its own state home (None when given one or
     none)."""
 
-    def __init__(self, *args: str, cwd: str | None = None, state_home: str | None = None,
-                 user: tuple[int, int] | None = None) -> None:
-        import shutil
+    def __init__(self, *args: str, cwd: str | None = None, state_home: str | None = None
+                 ) -> None:
         self.log = tempfile.NamedTemporaryFile("w+", prefix="mcp-http.", delete=False)
         self.home = state_home or tempfile.mkdtemp(prefix="mcp-state.")
         self._own_home = None if state_home else self.home
-        kw: dict[str, Any] = {}
-        if user is not None:
-            kw = {"user": user[0], "group": user[1], "extra_groups": []}
-            shutil.chown(self.log.name, user[0], user[1])
-            shutil.chown(self.home, user[0], user[1])
         self.p = subprocess.Popen([*FACE, *args], cwd=cwd or tempfile.gettempdir(),
                                   env=env(XDG_STATE_HOME=self.home),
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=self.log, **kw)
+                                  stderr=self.log)
         self.url = self._wait_url()
         m = re.search(r"made the bearer token (\S+) in", self.stderr())
         self.token: str | None = m.group(1) if m else None

@@ -19,7 +19,6 @@ import os
 import shutil
 import stat
 import subprocess
-import tempfile
 
 import anyio
 import pytest
@@ -28,7 +27,7 @@ pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'to
 
 import mcp_types as types  # noqa: E402
 
-from apphelpers import AppThread, add_tool  # noqa: E402
+from apphelpers import AppThread  # noqa: E402
 from mcphelpers import (REPO, HttpFace, face_tools, http_face, modern_client,  # noqa: E402
                         text)
 from serverhelpers import stop_clean, wait_for  # noqa: E402
