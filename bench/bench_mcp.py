@@ -18,7 +18,11 @@ Figures and their baselines, all measured in this run:
                 stdio: informative (the face's floor: MCP over stdio, then 9P to a process
                 that is up already).
 
-    python bench/bench_mcp.py [--quick] [--json FILE]
+  before/after  with --old-tree DIR (an earlier commit's tree: `git archive COMMIT | tar
+                -x -C DIR`), the same echo through that tree's `toolsrv mcp`, alternating
+                with this tree's in the same windows: the ratio is this tree's cost.
+
+    python bench/bench_mcp.py [--quick] [--json FILE] [--old-tree DIR]
 """
 from __future__ import annotations
 
@@ -43,14 +47,15 @@ B = "mcp"
 ARGS = json.loads(PAYLOAD)
 
 
-async def face_session(addr: str | None, stack: Any, tools: str = "") -> Any:
+async def face_session(addr: str | None, stack: Any, tools: str = "",
+                       repo: str | None = None) -> Any:
     """An initialized SDK client session to `toolsrv mcp -a addr` over stdio; with addr
     None, to a standalone one (nothing answers at its default address: an empty
     $NAMESPACE) serving `tools` in its own process."""
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
     from .mcp_bench import NoteHandler
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(repo or REPO)}
     argv = ["-m", "toolsrv", "mcp", "-a", addr] if addr else ["-m", "toolsrv", "mcp"]
     if addr is None:
         ns = tempfile.mkdtemp(prefix="bench-ns.", dir="/tmp")
@@ -129,6 +134,8 @@ async def run(opts: Any) -> list[dict]:
             face = await face_session(srv.addr, stack)
             alone = await face_session(None, stack, tools)
             sdk = await stack.enter_async_context(mcp_session(f"{tools}/echo"))
+            old = getattr(opts, "old_tree", None)
+            before = await face_session(srv.addr, stack, repo=old) if old else None
 
             def through(s: Any) -> Callable[[], Awaitable[None]]:
                 async def call() -> None:
@@ -149,10 +156,12 @@ async def run(opts: Any) -> list[dict]:
                 r = await face.call_tool("recho", ARGS)
                 if r.is_error:
                     raise RuntimeError(f"toolsrv mcp recho failed: {r}")
-            got = await windows({"face": through(face), "alone": through(alone),
-                                 "sdk": lambda: echo_call(sdk), "rdwr": rdwr,
-                                 "noop": lambda: noop_call(sdk), "res": resident},
-                                rounds=5, per=20 if q else 100)
+            variants = {"face": through(face), "alone": through(alone),
+                        "sdk": lambda: echo_call(sdk), "rdwr": rdwr,
+                        "noop": lambda: noop_call(sdk), "res": resident}
+            if before is not None:
+                variants["old"] = through(before)
+            got = await windows(variants, rounds=5, per=20 if q else 100)
             nine.close()
             L = {k: lat(v) for k, v in got.items()}
             parts = {k: L["rdwr"][k] + L["noop"][k] for k in ("median", "p99")}
@@ -175,6 +184,13 @@ async def run(opts: Any) -> list[dict]:
                             f"{L['rdwr']['median']:.2f} ms and the SDK's no-op call "
                             f"{L['noop']['median']:.2f} ms (medians); near 1x, the face adds "
                             "little of its own"))
+            if before is not None:
+                rows.append(row(B, "sandboxed sh echo call through toolsrv mcp (stdio)",
+                                "ms", L["face"], f"the same through {old}'s toolsrv mcp",
+                                L["old"], "within noise (<= 1.1x)",
+                                L["face"]["median"] <= 1.1 * L["old"]["median"],
+                                "this tree's face against an earlier tree's, alternating "
+                                "in the same windows against the same server"))
             note, direct = await list_changed(face, srv, tools, 5 if q else 20)
             ln, ld = lat(note), lat(direct)
             rows.append(row(B, "list_changed after a .meta change", "ms", ln,
@@ -192,7 +208,10 @@ async def run(opts: Any) -> list[dict]:
 
 
 def main() -> None:
-    opts = parser(__doc__ or "").parse_args()
+    ap = parser(__doc__ or "")
+    ap.add_argument("--old-tree", metavar="DIR", help="also call through the toolsrv mcp "
+                    "of this checkout (an earlier commit), alternating with this tree's")
+    opts = ap.parse_args()
     rows = asyncio.run(run(opts))
     finish(rows, opts)
 

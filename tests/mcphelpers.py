@@ -53,14 +53,16 @@ def env(**extra: str) -> dict[str, str]:
 
 @contextlib.asynccontextmanager
 async def stdio_face(*args: str, cwd: str | None = None, environ: dict[str, str] | None = None,
-                     handler: Any = None, errlog: Any = None) -> AsyncIterator[ClientSession]:
+                     handler: Any = None, errlog: Any = None, **session: Any
+                     ) -> AsyncIterator[ClientSession]:
     """An initialized SDK client session to `toolsrv mcp ARGS` over stdio."""
     params = StdioServerParameters(command=FACE[0], args=[*FACE[1:], *args],
                                    env=environ or env(), cwd=cwd or tempfile.gettempdir())
     log = errlog or open(os.devnull, "w")
     try:
         async with stdio_client(params, errlog=log) as (r, w):
-            async with ClientSession(r, w, message_handler=handler, client_info=CLIENT) as s:
+            async with ClientSession(r, w, message_handler=handler, client_info=CLIENT,
+                                     **session) as s:
                 with anyio.fail_after(WAIT):
                     await s.initialize()
                 yield s
@@ -92,14 +94,22 @@ def text(result: Any) -> str:
 
 
 class HttpFace:
-    """`toolsrv mcp --http 127.0.0.1:0 ...` as a process; `url` once it listens."""
+    """`toolsrv mcp --http 127.0.0.1:0 ...` as a process; `url` once it listens, and
+    `token` the bearer token it made in its own state home (None when given one or
+    none)."""
 
-    def __init__(self, *args: str, cwd: str | None = None) -> None:
+    def __init__(self, *args: str, cwd: str | None = None, state_home: str | None = None
+                 ) -> None:
         self.log = tempfile.NamedTemporaryFile("w+", prefix="mcp-http.", delete=False)
-        self.p = subprocess.Popen([*FACE, *args], cwd=cwd or tempfile.gettempdir(), env=env(),
+        self.home = state_home or tempfile.mkdtemp(prefix="mcp-state.")
+        self._own_home = None if state_home else self.home
+        self.p = subprocess.Popen([*FACE, *args], cwd=cwd or tempfile.gettempdir(),
+                                  env=env(XDG_STATE_HOME=self.home),
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=self.log)
         self.url = self._wait_url()
+        m = re.search(r"made the bearer token (\S+) in", self.stderr())
+        self.token: str | None = m.group(1) if m else None
 
     def stderr(self) -> str:
         self.log.flush()
@@ -129,6 +139,22 @@ class HttpFace:
                 self.p.wait()
         self.log.close()
         os.unlink(self.log.name)
+        if self._own_home:
+            import shutil
+            shutil.rmtree(self._own_home, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def modern_client(url: str, token: str | None = None, **kw: Any) -> AsyncIterator[Any]:
+    """The SDK's high-level `Client` (it speaks the 2026-07-28 era when the server offers
+    it) over streamable HTTP, with the bearer token; not entered yet (`async with` it)."""
+    import httpx2
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as hc:
+        kw.setdefault("client_info", CLIENT)
+        yield Client(streamable_http_client(url, http_client=hc), **kw)
 
 
 @contextlib.asynccontextmanager

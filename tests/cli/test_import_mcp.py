@@ -93,6 +93,10 @@ def test_import_of_the_real_time_server(tmp_path):
     assert m["cmd"] == f"exec {TIME} --local-timezone UTC"
     assert m["resident"] == {"protocol": "mcp", "tool": "get_current_time"}
     assert "timezone" in m["args"]["properties"]
+    # the server's own annotations and outputSchema are kept (issue 29, items 6 and 7)
+    assert (m["readOnly"], m["destructive"], m["idempotent"]) == (True, False, True)
+    assert m["outputSchema"]["type"] == "object" and "datetime" in m["outputSchema"][
+        "properties"]
     assert (tmp_path / "time.convert_time.meta").exists()
     assert os.path.dirname(os.path.dirname(TIME)) in granted(p.stdout)   # the virtualenv
 

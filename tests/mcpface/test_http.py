@@ -61,6 +61,7 @@ def face(server):
 def test_http_list_call_and_errors(face):
     async def go():
         async with http_face(face.url, face.token) as s:
+            caps = s.server_capabilities
             names = {t.name for t in (await s.list_tools()).tools}
             ok = await s.call_tool("echo", {"over": "http"})
             bad = await s.call_tool("fail", {"n": "x"})
@@ -68,8 +69,9 @@ def test_http_list_call_and_errors(face):
             with pytest.raises(MCPError) as e:
                 await s.call_tool("no_such_tool", {})
             after = await s.call_tool("echo", {"still": 1})
-            return names, ok, bad, failed, e.value, after
-    names, ok, bad, failed, unknown, after = anyio.run(go)
+            return caps, names, ok, bad, failed, e.value, after
+    caps, names, ok, bad, failed, unknown, after = anyio.run(go)
+    assert caps.tools.list_changed is True       # as on stdio: it does send list_changed
     assert {"echo", "fail", "marked", "content"} <= names
     assert ok.is_error is False and json.loads(text(ok)) == {"over": "http"}
     assert bad.is_error is True and "invalid args: n:" in text(bad) and "\nlog: " in text(bad)
@@ -143,11 +145,15 @@ def test_http_without_the_token_is_refused_and_the_server_serves_on(face):
 
 @pytest.mark.parametrize("argv, why", [
     (["--http", "0.0.0.0:0"], "0.0.0.0 is not a loopback address: a non-loopback listener "
-     "needs --listen-any and --token-file FILE"),
-    (["--http", "0.0.0.0:0", "--listen-any"], "--listen-any needs --token-file FILE"),
-    (["--http", "127.0.0.1:0", "--listen-any"], "--listen-any needs --token-file FILE"),
+     "needs --listen-any"),
+    (["--http", "0.0.0.0:0", "--listen-any", "--no-token"], "--no-token goes with a "
+     "loopback --http alone"),
+    (["--http", "127.0.0.1:0", "--no-token", "--token-file", "/x"], "--no-token goes with"),
+    (["--http", "127.0.0.1:0", "--idle-timeout", "0"], "--idle-timeout and --max-sessions "
+     "must be more than 0"),
     (["--http", "nowhere"], "--http nowhere: want HOST:PORT"),
-    (["--listen-any"], "--listen-any and --token-file go with --http"),
+    (["--listen-any"], "--listen-any, --token-file and --no-token go with --http"),
+    (["--no-token"], "--listen-any, --token-file and --no-token go with --http"),
 ])
 def test_http_is_loopback_only_unless_told(argv, why):
     p = subprocess.run([*FACE, "-a", "unix!/nonexistent/toolsrv", *argv], env=env(),

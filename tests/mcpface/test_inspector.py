@@ -67,7 +67,8 @@ def test_inspector_lists_the_tools(inspector, server):
     tools = {t["name"]: t for t in out["tools"]}
     assert {"echo", "fail", "marked", "content"} <= set(tools)
     assert tools["fail"]["inputSchema"]["required"] == ["n"]
-    assert tools["echo"]["annotations"] == {"readOnlyHint": True}
+    assert tools["echo"]["annotations"]["readOnlyHint"] is True
+    assert tools["echo"]["annotations"]["openWorldHint"] is False    # default: no network
 
 
 def test_inspector_calls_a_tool(inspector, server):

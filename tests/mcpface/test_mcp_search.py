@@ -46,11 +46,12 @@ def test_search_lists_two_tools_and_call_tool_calls_by_name(server):
             ok = await s.call_tool("call_tool", {"name": "echo", "arguments": {"x": 1}})
             bad = await s.call_tool("call_tool", {"name": "fail", "arguments": {"n": "x"}})
             noname = await s.call_tool("call_tool", {"arguments": {}})
+            unknown = await s.call_tool("call_tool", {"name": "ech", "arguments": {}})
             with pytest.raises(MCPError) as e:
-                await s.call_tool("call_tool", {"name": "no_such_tool"})
+                await s.call_tool("no_such_tool", {})          # a tool not served at all
             direct = await s.call_tool("echo", {"y": 2})   # not listed, callable by name
-            return tools, ok, bad, noname, e.value, direct, s.instructions
-    tools, ok, bad, noname, unknown, direct, instructions = anyio.run(go)
+            return tools, ok, bad, noname, unknown, e.value, direct, s.instructions
+    tools, ok, bad, noname, near, unknown, direct, instructions = anyio.run(go)
     assert sorted(tools) == ["call_tool", "search_tools"]
     assert tools["search_tools"].input_schema["required"] == ["need"]
     assert "search_tools" in instructions
@@ -58,6 +59,9 @@ def test_search_lists_two_tools_and_call_tool_calls_by_name(server):
     assert bad.is_error is True and "invalid args: n:" in text(bad)
     assert noname.is_error is True and "give the tool's name" in text(noname)
     assert "unknown tool: no_such_tool (search_tools finds the tools)" in unknown.message
+    # call_tool's name is its argument: an error result naming the closest tools
+    assert near.is_error is True
+    assert "call_tool: unknown tool: ech; the closest: echo" in text(near)
     assert direct.is_error is False and json.loads(text(direct)) == {"y": 2}
 
 
@@ -76,6 +80,7 @@ def test_search_tools_finds_tools(server):
     assert 1 <= len(found) <= 3
     assert all(set(f) == {"name", "score", "description", "inputSchema"} for f in found)
     assert "echo" in [f["name"] for f in found]
+    assert r.structured_content == {"tools": found}      # structured, as its outputSchema says
 
 
 def test_search_tools_without_tools_search_says_so(server):

@@ -20,7 +20,8 @@ from mcp.shared.exceptions import MCPError  # noqa: E402
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS  # noqa: E402
 
 from apphelpers import AppThread  # noqa: E402
-from mcphelpers import CLIENT, FACE, WAIT, HttpFace, add_tool, env, face_tools, text  # noqa: E402
+from mcphelpers import (CLIENT, FACE, WAIT, HttpFace, add_tool, env, face_tools,  # noqa: E402
+                        modern_client, text)
 from serverhelpers import stop_clean, wait_for  # noqa: E402
 from toolsrv.cli.client import Client as NineClient  # noqa: E402
 
@@ -89,9 +90,12 @@ def test_modern_client_over_stdio(server, tools):
 
 def test_modern_client_over_http(server, tools):
     f = HttpFace("-a", server.addr, "--http", "127.0.0.1:0")
+
+    async def go():
+        async with modern_client(f.url, f.token) as c:
+            return await exercise(c, tools, "modern_http")
     try:
-        check(anyio.run(exercise, Client(f.url, client_info=CLIENT), tools, "modern_http"),
-              "modern_http")
+        check(anyio.run(go), "modern_http")
     finally:
         f.stop()
         for n in ("modern_http", "modern_http.meta"):

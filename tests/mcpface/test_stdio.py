@@ -58,7 +58,9 @@ def test_list_has_the_tools_with_their_schemas(server):
         "n": {"type": "integer"}}, "required": ["n"]}
     assert tools["echo"].description == "echo the args"
     assert tools["echo"].annotations.read_only_hint is True
-    assert tools["fail"].annotations is None
+    assert tools["fail"].annotations.read_only_hint is False          # facts, not guesses:
+    assert tools["fail"].annotations.destructive_hint is None          # its .meta says none
+    assert tools["fail"].annotations.open_world_hint is False          # default: no network
     assert "Landlock" in instructions and "toolsrv" in instructions
     assert caps.tools.list_changed is True
 

@@ -95,7 +95,8 @@ def test_defaults_and_known_fields():
     assert (m.fields, m.extra, m.variants) == ({}, {}, ())
     m = parse_meta(meta(description="d", prompt="p", keywords=["k"], tier="warm", cmd="rg",
                         scope="read", outputFormat="text", resetsCounter=True, readOnly=True,
-                        args={"type": "object"}, resident=True))
+                        args={"type": "object"}, resident=True, title="T", destructive=True,
+                        idempotent=False, outputSchema={"type": "object"}))
     assert m.fields["tier"] == "warm" and m.fields["keywords"] == ("k",)
     assert set(m.fields) == set(metafile.FIELDS)
 
@@ -267,3 +268,17 @@ def test_any_input_parses_or_raises_meta_error(data):
         parse_meta(data)
     except MetaError as e:
         assert str(e) and "\n" not in str(e)
+
+
+@pytest.mark.parametrize("field, value, why", [
+    ("title", 3, "title: must be a string"),
+    ("destructive", "yes", "destructive: must be a boolean"),
+    ("idempotent", 1, "idempotent: must be a boolean"),
+    ("outputSchema", [], "outputSchema: must be an object (a JSON Schema), not an array"),
+    ("outputSchema", {"type": "string"}, 'outputSchema.type: must be "object"'),
+    ("outputSchema", {"type": "object", "properties": 3}, "outputSchema"),
+])
+def test_the_mcp_hint_fields_are_checked(field, value, why):
+    with pytest.raises(metafile.MetaError) as e:
+        parse_meta(meta(**{field: value}))
+    assert why in str(e.value)

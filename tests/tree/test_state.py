@@ -442,3 +442,39 @@ def test_serve_help_shows_the_default_address_and_state_directory(home):
     assert f"default unix!$NAMESPACE/toolsrv, here unix!/tmp/ns.{env['USER']}.:77/toolsrv" in text
     assert f"default {h}/state/toolsrv; with another first -a, a subdirectory" in text
     assert "kept across restarts, locked while serving" in text
+
+
+def test_a_temporary_session_is_never_saved_and_has_a_limit_of_its_own(tmp_path):
+    """A session made with DMTMP in its Tcreate's perm (the MCP face's) is not in
+    state.json, is gone after a restart, and counts against its own limit: temporary
+    sessions up to the limit never refuse another client's ordinary mkdir."""
+    from toolsrv.proto import DMTMP
+    d = tools_dir()
+    add_tool(d, "echo", "#!/bin/sh\ncat\n")
+    state = str(tmp_path / "state")
+    try:
+        a = AppThread([d], state_dir=state, max_sessions=3).start()
+        with Client.connect(a.addr) as c:
+            for n in range(3):
+                c.mkdir(f"session/tmp{n}", DMTMP | 0o755)
+                c.mkdir(f"session/tmp{n}/agent/bot")
+            with pytest.raises(Exception, match="too many temporary sessions"):
+                c.mkdir("session/tmp3", DMTMP | 0o755)
+            c.mkdir("session/keep")                    # the temporary ones block nothing
+            c.mkdir("session/keep/agent/bot")
+            saved = json.loads(open(os.path.join(state, "state.json")).read())
+            assert [s["name"] for s in saved["sessions"]] == ["keep"]
+            c.rm("session/tmp0")
+            c.mkdir("session/tmp3", DMTMP | 0o755)    # room again once one is removed
+            c.rdwr("session/tmp3/cwd", b"/tmp")        # a change of it saves nothing of it
+            saved = json.loads(open(os.path.join(state, "state.json")).read())
+            assert [s["name"] for s in saved["sessions"]] == ["keep"]
+        a.cleanup()
+        b = AppThread([d], state_dir=state).start()
+        try:
+            with Client.connect(b.addr) as c:
+                assert sorted(x.name for x in c.ls("session")) == ["keep"]
+        finally:
+            b.cleanup()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

@@ -8,7 +8,8 @@
     toolsrv mount [MOUNTPOINT]           toolsrv umount [MOUNTPOINT]
     toolsrv import-mcp [--prefix P] [--dir DIR] [--force] -- COMMAND [ARGS...]
     toolsrv mcp [-a ADDR] [--session ID] [--agent NAME] [--tools a,b] [--search]
-                [--http HOST:PORT [--listen-any --token-file FILE]]   (doc/mcp.md)
+                [--http HOST:PORT [--listen-any] [--token-file FILE | --no-token]
+                 [--idle-timeout S] [--max-sessions N]]   (doc/mcp.md)
 
 Client verbs exit 1 with the server's error on stderr.
 """
@@ -113,9 +114,16 @@ def _mcp_parser(m: argparse.ArgumentParser) -> None:
                    "http://HOST:PORT/mcp instead of stdio (loopback only unless "
                    "--listen-any)")
     m.add_argument("--listen-any", action="store_true", help="allow a non-loopback --http "
-                   "address (needs --token-file)")
+                   "address")
     m.add_argument("--token-file", metavar="FILE", help="HTTP clients must send "
-                   "`Authorization: Bearer <its text>`; a mode-600 file of at least 16 bytes")
+                   "`Authorization: Bearer <its text>`; a mode-600 file of at least 16 bytes "
+                   "(default: mcp-token in the state home, made on first start)")
+    m.add_argument("--no-token", action="store_true", help="a loopback --http without a "
+                   "token: any local user can connect")
+    m.add_argument("--idle-timeout", metavar="SECONDS", type=float, default=600,
+                   help="end an HTTP session with no request for this long (default 600)")
+    m.add_argument("--max-sessions", metavar="N", type=int, default=32,
+                   help="HTTP sessions open at once at most (default 32)")
     m.add_argument("--no-standalone", action="store_true", help="fail when nothing answers "
                    "at ADDR instead of serving in process")
     m.add_argument("--uvloop", action="store_true", help="run on uvloop (pip install "

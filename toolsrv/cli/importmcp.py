@@ -6,6 +6,7 @@ the user's own command, run once to ask it what it offers), spoken to with tools
 MCP client (run/mcpproto.py: initialize, then tools/list; the `mcp` SDK is not needed),
 and stopped.  Each tool becomes a .meta with its description, a prompt made from the
 description and the schema, `args` = its inputSchema, `readOnly` = its readOnlyHint,
+`title`, `destructive`, `idempotent` and `outputSchema` = its own (doc/tools.md),
 `cmd` = the command (the program resolved to an absolute path, `exec`'d through the
 shell when it has arguments) and `resident: {"protocol": "mcp", "tool": NAME}`, so the
 .meta stays the one source of discovery and schema.  A name toolsrv cannot serve is mapped
@@ -226,6 +227,7 @@ def plan(args: argparse.Namespace, tools: list[dict]) -> tuple[list[tuple[str, d
         ann = t.get("annotations") if isinstance(t.get("annotations"), dict) else {}
         if ann.get("readOnlyHint") is True:
             meta["readOnly"] = True
+        meta.update(_kept(mcp_name, t, ann))
         path = os.path.join(directory, name + ".meta")
         if os.path.lexists(path) and not args.force:
             raise ImportError_(f"{path}: file already exists (use --force to replace it)")
@@ -233,6 +235,27 @@ def plan(args: argparse.Namespace, tools: list[dict]) -> tuple[list[tuple[str, d
     if not out:
         raise ImportError_(f"{shlex.join(args.command)} lists no tools")
     return out, notes, grants(prog)
+
+
+def _kept(mcp_name: str, t: dict, ann: dict) -> dict:
+    """The server's own annotations and outputSchema, as .meta fields (doc/tools.md):
+    `title`, `destructive`, `idempotent`, `outputSchema` (checked as `args` is)."""
+    out: dict = {}
+    title = t.get("title") if isinstance(t.get("title"), str) else ann.get("title")
+    if isinstance(title, str) and title.strip():
+        out["title"] = _one_line(title)
+    for hint, field in (("destructiveHint", "destructive"), ("idempotentHint", "idempotent")):
+        if isinstance(ann.get(hint), bool):
+            out[field] = ann[hint]
+    schema = t.get("outputSchema")
+    if isinstance(schema, dict):
+        try:
+            check_schema(schema, f"{mcp_name}.outputSchema")
+        except MetaError as e:
+            raise ImportError_(str(e)) from None
+        if schema.get("type") == "object":
+            out["outputSchema"] = schema
+    return out
 
 
 def _one_line(s: str) -> str:

@@ -8,11 +8,14 @@ does is what an agent does with `rdwr`:
              and every listed tool's `tools/<name>/meta` (concurrently, one connection),
              keep them until the revision moves again.  `--tools` narrows the listing.
   a seat     one MCP connection's session and agent (`Seat`), made on its first call:
-             `mkdir session/<client>-<pid>` (a suffix -2, -3, ... when that exists), its
-             cwd set to the directory `toolsrv mcp` runs in (or --cwd), then
-             `mkdir .../agent/<client>`; with --session/--agent those names, made when
-             missing and reused when present.  What the face made and named itself it
-             removes when the connection ends; what it was told to use, it leaves.
+             `mkdir session/<client>-<pid>` (a suffix -2, -3, ... when that exists),
+             temporary (DMTMP: never saved in the server's state), its cwd set to the
+             directory `toolsrv mcp` runs in (or --cwd), then `mkdir .../agent/<client>`;
+             with --session that session, made when missing and reused when present,
+             and an agent of the connection's own in it (`<client>`, `<client>-2`, ...:
+             one that exists is never taken); with --agent that agent, shared.  What the
+             face made and named itself it removes when the connection ends; what it
+             was told to use, it leaves.
   a call     `tool_load NAME` on the agent's ctl (once per seat and tool), then an rdwr
              of `.../tools/NAME/call` with the JSON args: the result is the read.  A
              failure (Rerror on the write: invalid args; on the read: exit, timeout,
@@ -41,9 +44,8 @@ import re
 from typing import Any, Awaitable, Callable
 
 from .ninep import NineP, NinePError
-
-SEARCH_TOOL, CALL_TOOL = "search_tools", "call_tool"
-SEARCH_LIMIT = 10
+from .tools import (CALL_TOOL, SEARCH_LIMIT, SEARCH_TOOL, SEARCH_TOOLS, Tool, call_result,
+                    closest, error_result, tool_of)
 
 
 class Unknown(Exception):
@@ -53,56 +55,6 @@ class Unknown(Exception):
 class Unavailable(Exception):
     """The 9P server does not answer (hung up, and dialling again failed)."""
 
-
-class Tool:
-    """One listed tool, from tools/index and tools/<name>/meta."""
-    __slots__ = ("name", "description", "schema", "read_only", "tier")
-
-    def __init__(self, name: str, description: str, schema: dict[str, Any],
-                 read_only: bool = False, tier: str = "") -> None:
-        self.name, self.description, self.schema = name, description, schema
-        self.read_only, self.tier = read_only, tier
-
-    def wire(self) -> dict[str, Any]:
-        """The tool as MCP's tools/list spells it."""
-        out: dict[str, Any] = {"name": self.name, "description": self.description,
-                               "inputSchema": self.schema}
-        if self.read_only:
-            out["annotations"] = {"readOnlyHint": True}
-        return out
-
-
-def tool_of(name: str, meta: dict[str, Any], tier: str = "") -> Tool:
-    """A Tool from the JSON of tools/<name>/meta: its description, then its prompt (the
-    model-facing documentation) when it has one; its args schema, as an object schema."""
-    desc = str(meta.get("description") or "").strip()
-    prompt = str(meta.get("prompt") or "").strip()
-    if prompt and prompt != desc:
-        desc = f"{desc}\n\n{prompt}" if desc else prompt
-    schema = meta.get("args")
-    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
-        schema = {"type": "object", "properties": {}}    # MCP wants an object schema
-    elif "type" not in schema:
-        schema = {"type": "object", **schema}
-    return Tool(name, desc, schema, bool(meta.get("readOnly")), tier)
-
-
-SEARCH_TOOLS = [
-    Tool(SEARCH_TOOL, "Find the tools for a need, described in words. Returns the best "
-         "matching tools, best first, each with its name, score, description and "
-         "inputSchema; call one with call_tool.",
-         {"type": "object", "properties": {
-             "need": {"type": "string", "description": "what you want to do, in words"},
-             "limit": {"type": "integer", "minimum": 1, "maximum": 100,
-                       "description": f"how many tools at most (default {SEARCH_LIMIT})"}},
-          "required": ["need"]}, read_only=True),
-    Tool(CALL_TOOL, "Call a tool found with search_tools, by name, with its arguments "
-         "(an object valid against that tool's inputSchema).",
-         {"type": "object", "properties": {
-             "name": {"type": "string", "description": "the tool's name"},
-             "arguments": {"type": "object", "description": "the tool's arguments"}},
-          "required": ["name"]}),
-]
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -125,6 +77,7 @@ class Seat:
         self.own_agent = False
         self.loaded: set[str] = set()
         self.ready = False
+        self.cwd: str | None = None  # the client's root, when it gave one ("" for none)
         self.lock = asyncio.Lock()
 
     @property
@@ -150,6 +103,7 @@ class Face:
         self._watching: int | None = None   # the revision the watcher's revwait waits on
         self.seats: set[Seat] = set()
         self._serial = 0
+        self._networks: dict[str, bool | None] = {}
 
     # -- the connection --
     async def conn(self) -> NineP:
@@ -187,6 +141,8 @@ class Face:
             return self._listing[1]
         nine = await self.conn()
         index = (await nine.read("tools/index")).decode(errors="replace")
+        self._networks.clear()              # profiles read again with the registry
+        profile = await self._profile(nine)
         rows = [line.split("\t") for line in index.splitlines() if line.strip()]
         rows = [r for r in rows if self.only is None or r[0] in self.only]
 
@@ -195,10 +151,32 @@ class Face:
                 meta = json.loads(await nine.read(f"tools/{row[0]}/meta"))
             except (NinePError, ValueError):
                 return None                  # gone since the index was read
-            return tool_of(row[0], meta, row[1] if len(row) > 1 else "")
+            return tool_of(row[0], meta, row[1] if len(row) > 1 else "", self.open_world,
+                           profile)
         tools = {t.name: t for t in await asyncio.gather(*map(one, rows)) if t is not None}
         self._listing = (rev, tools)
         return tools
+
+    async def _profile(self, nine: NineP) -> str:
+        """The profile the face's sessions run under: --session's, else `default`."""
+        if self.session:
+            try:
+                return (await nine.read(f"session/{self.session}/sandbox")).decode().strip()
+            except NinePError:
+                pass
+        return "default"
+
+    def open_world(self, profile: str) -> bool | None:
+        """Whether `profile` gives its runs a network (openWorldHint), as its file says;
+        None when it cannot be read here (the hint is then left out)."""
+        if profile not in self._networks:
+            try:
+                from ..run.sandbox import load_profile
+                p = load_profile(profile)
+                self._networks[profile] = bool(p.network_enabled or p.unrestricted_network)
+            except Exception:
+                self._networks[profile] = None
+        return self._networks[profile]
 
     async def listing(self) -> list[Tool]:
         """What tools/list answers."""
@@ -221,28 +199,57 @@ class Face:
         if self.session:
             seat.session = self.session
             made = await nine.mkdir(f"session/{seat.session}")
-            cwd = self.cwd or (_here() if made else None)   # as `toolsrv call` does
+            cwd = (seat.cwd or self.cwd or _here()) if made else None  # as `toolsrv call`
             if cwd:
                 await nine.write(f"session/{seat.session}/cwd", cwd.encode())
         else:
             for n in range(1, 100):
                 seat.session = f"{seat.client}-{seat.pid}" + (f"-{n}" if n > 1 else "")
-                if await nine.mkdir(f"session/{seat.session}"):
+                if await nine.mkdir(f"session/{seat.session}", temporary=True):
                     seat.own_session = True
                     break
             else:
                 raise NinePError(f"session/{seat.client}-{seat.pid}: all names in use")
-            cwd = self.cwd or _here()
+            cwd = seat.cwd or self.cwd or _here()
             if cwd:
                 try:
                     await nine.write(f"session/{seat.session}/cwd", cwd.encode())
                 except NinePError:
                     pass        # not a directory the server sees: its private cwd stays
-        seat.agent = self.agent or seat.client
-        made = await nine.mkdir(f"session/{seat.session}/agent/{seat.agent}")
-        seat.own_agent = made and not self.agent
+        if self.agent:                  # told which: shared by every connection, kept
+            seat.agent = self.agent
+            await nine.mkdir(f"session/{seat.session}/agent/{seat.agent}")
+        else:                           # its own, never one another connection holds
+            for n in range(1, 1000):
+                seat.agent = seat.client + (f"-{n}" if n > 1 else "")
+                if await nine.mkdir(f"session/{seat.session}/agent/{seat.agent}"):
+                    break
+            else:
+                raise NinePError(f"session/{seat.session}/agent/{seat.client}: all names "
+                                 "in use")
+            seat.own_agent = True
         seat.loaded.clear()
         seat.ready = True
+
+    async def move(self, seat: Seat, cwd: str) -> None:
+        """The client's root moved: the cwd of the session made for it follows (a
+        --session keeps its own); before the session is made, it is made there."""
+        seat.cwd = cwd
+        if seat.ready and seat.own_session:
+            try:
+                await (await self.conn()).write(f"session/{seat.session}/cwd", cwd.encode())
+            except (NinePError, ConnectionError, Unavailable):
+                pass            # not a directory the server sees: the cwd stays
+
+    async def log_text(self, seat: Seat) -> str:
+        """The seat's agent's log ("" before its first call made the agent)."""
+        if not seat.ready:
+            return ""
+        try:
+            return (await (await self.conn()).read(f"{seat.base}/log")).decode(
+                errors="replace")
+        except (NinePError, ConnectionError, Unavailable):
+            return ""
 
     async def release(self, seat: Seat) -> None:
         """The connection of `seat` ended: remove what was made for it."""
@@ -267,19 +274,25 @@ class Face:
             if not isinstance(args, dict) or not isinstance(args.get("name"), str):
                 return error_result("call_tool: give the tool's name (a string) and its "
                                     "arguments (an object)")
-            name, args = args["name"], args.get("arguments", {})
+            name, args, by_name = args["name"], args.get("arguments", {}), True
+        else:
+            by_name = False
         if not isinstance(args, dict):
             return error_result(f"invalid args: {name} takes an object, not "
                                 f"{type(args).__name__}")
         try:
-            return await self._call(seat, name, args)
+            return await self._call(seat, name, args, by_name)
         except Unavailable as e:
             return error_result(str(e))
         except ConnectionError as e:     # hung up mid-way: dialled again on the next call
             return error_result(f"toolsrv at {self.where} hung up: {e}")
 
-    async def _call(self, seat: Seat, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    async def _call(self, seat: Seat, name: str, args: dict[str, Any],
+                    by_name: bool = False) -> dict[str, Any]:
         if name not in await self.registry() and name not in await self.registry(fresh=True):
+            if by_name:                 # call_tool's argument: an error of that call
+                return error_result(f"call_tool: unknown tool: {name}; "
+                                    + closest(name, list(await self.registry())))
             raise Unknown(f"unknown tool: {name}" + (
                 " (search_tools finds the tools)" if self.search else
                 " (tools/list lists the tools)"))
@@ -287,7 +300,11 @@ class Face:
         for attempt in (1, 2):
             async with seat.lock:
                 if not seat.ready:
-                    await self._make(seat)
+                    try:
+                        await self._make(seat)
+                    except NinePError as e:
+                        return error_result(f"toolsrv at {self.where} cannot make this "
+                                            f"connection's session: {e}")
             nine = await self.conn()
             try:
                 if name not in seat.loaded:
@@ -303,7 +320,7 @@ class Face:
                 return error_result(str(e), await self._log_line(seat, name))
             except ConnectionError as e:
                 return error_result(f"toolsrv at {self.where} hung up during the call: {e}")
-            return call_result(out)
+            return call_result(out, (await self.registry()).get(name))
         raise AssertionError("unreachable")
 
     async def _log_line(self, seat: Seat, name: str) -> str:
@@ -344,10 +361,13 @@ class Face:
             if len(parts) < 2 or parts[0] not in tools:
                 continue                     # narrowed away by --tools, or gone
             t = tools[parts[0]]
-            found.append({"name": t.name, "score": _number(parts[1]),
-                          "description": t.description, "inputSchema": t.schema})
+            hit: dict[str, Any] = {"name": t.name, "score": _number(parts[1]),
+                                   "description": t.description, "inputSchema": t.schema}
+            if not isinstance(hit["score"], float):
+                del hit["score"]                 # not a number: left out, never a string
+            found.append(hit)
         return {"content": [{"type": "text", "text": json.dumps(found, indent=1)}],
-                "isError": False}
+                "structuredContent": {"tools": found}, "isError": False}
 
     # -- watching --
     async def watch(self, changed: Callable[[], Awaitable[None]]) -> None:
@@ -381,33 +401,8 @@ def _here() -> str | None:
 
 
 def _number(s: str) -> float | str:
+    """A score as a number, or the text as it was when it is not one."""
     try:
         return float(s)
     except ValueError:
         return s
-
-
-def error_result(why: str, log_line: str = "") -> dict[str, Any]:
-    """An isError result: toolsrv's error string, and its log line when there is one."""
-    text = why if not log_line else f"{why}\nlog: {log_line}"
-    return {"content": [{"type": "text", "text": text}], "isError": True}
-
-
-def call_result(out: bytes) -> dict[str, Any]:
-    """A tool's stdout as an MCP result: text content, or, when the output is a JSON
-    object with a `content` list, that object passed through (its content blocks, and
-    its isError and structuredContent when present); server.py checks its shape."""
-    text = out.decode(errors="replace")
-    if text.lstrip().startswith("{"):
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            obj = None
-        if isinstance(obj, dict) and isinstance(obj.get("content"), list):
-            res: dict[str, Any] = {"content": obj["content"],
-                                   "isError": obj.get("isError") is True}
-            if isinstance(obj.get("structuredContent"), dict):
-                res["structuredContent"] = obj["structuredContent"]
-            res["_text"] = text                 # the fallback, should the shape be wrong
-            return res
-    return {"content": [{"type": "text", "text": text}], "isError": False}

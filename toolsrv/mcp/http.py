@@ -1,21 +1,33 @@
-"""The MCP face over streamable HTTP: the SDK's app behind a bearer-token gate, on uvicorn.
+"""The MCP face over streamable HTTP: the SDK's app behind a gate (Origin, Host, bearer
+token), on uvicorn.
 
-Theory of operation.  `--http HOST:PORT` serves the SDK's streamable HTTP app at
-`/mcp`.  Who may connect follows `serve`'s rules for TCP: a loopback address by default
-(the SDK's DNS-rebinding guard on, so a web page cannot reach it through a name that
-resolves to 127.0.0.1); any other address only with `--listen-any` and `--token-file
-FILE`, a file of ours, mode 600, of at least 16 bytes (auth.load_secret, as
-`--auth-secret`).  With a token, every HTTP request must carry `Authorization: Bearer
-<the file's text>`, compared in constant time; one without it is answered 401 with a
-JSON-RPC error body naming what is missing, before the SDK sees it, and the server goes
-on serving.  The listening socket is bound here, before uvicorn starts, so the port (0:
-any free one) is known and printed at once.
+Theory of operation.  `--http HOST:PORT` serves the SDK's streamable HTTP app at `/mcp`.
+Every request passes the gate before the SDK sees it:
+
+  Origin   a request that carries one passes only when it is the face's own origin,
+           `http://<the address the request reached>:<our port>` (and, on loopback,
+           `http://localhost:<port>`): a page elsewhere, or on another local port, gets
+           403.  On loopback the Host header must name us too (421), so a page cannot
+           come in through a name that resolves to 127.0.0.1 (DNS rebinding).
+  token    `Authorization: Bearer <token>`, compared in constant time, else 401 with a
+           JSON-RPC error body saying what is missing.  A token is required by default,
+           loopback included (any local user can reach a loopback port): the text of
+           --token-file, else of `mcp-token` in the state home (made on first start,
+           mode 600, and printed then, as Jupyter does).  `--no-token` is the explicit
+           choice of none, for loopback only.
+
+Sessions are bounded: the SDK ends one that has had no request in flight (no open GET
+stream either) for --idle-timeout seconds, and refuses a new one (503) while
+--max-sessions are open; each one's end removes its seat (server.py), so abandoned
+clients never pile up in the tree.  The listening socket is bound here, before uvicorn
+starts, so the port (0: any free one) is known and printed at once.
 """
 from __future__ import annotations
 
 import hmac
 import ipaddress
 import json
+import os
 import socket
 import sys
 from typing import Any
@@ -51,46 +63,100 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_listen(host: str, listen_any: bool, token_file: str | None) -> bytes | None:
-    """The bearer token to require (None: none), or BadListen saying what is missing."""
+TOKEN_NAME = "mcp-token"
+
+
+def default_token_file() -> str:
+    from ..dirs.statedir import state_home
+    return os.path.join(state_home(), TOKEN_NAME)
+
+
+def check_listen(host: str, listen_any: bool, token_file: str | None,
+                 no_token: bool = False) -> tuple[bytes | None, str | None, bool]:
+    """(the bearer token to require or None, the file it is in, whether it was made
+    now), or BadListen saying what is wrong."""
     if not is_loopback(host) and not listen_any:
         raise BadListen(f"{host} is not a loopback address: a non-loopback listener needs "
-                        "--listen-any and --token-file FILE")
-    if listen_any and not token_file:
-        raise BadListen("--listen-any needs --token-file FILE (a bearer token, mode 600, "
-                        "at least 16 bytes)")
-    if not token_file:
-        return None
+                        "--listen-any (and a token: --token-file FILE, or the default)")
+    if no_token and (listen_any or token_file):
+        raise BadListen("--no-token goes with a loopback --http alone (not with "
+                        "--listen-any or --token-file)")
+    if no_token:
+        return None, None, False
     from ..serve.auth import load_secret
-    return load_secret(token_file)
+    if token_file:
+        return load_secret(token_file), token_file, False
+    path = default_token_file()
+    made = _make_token(path)
+    return load_secret(path), path, made
 
 
-class BearerGate:
-    """ASGI middleware: an HTTP request without `Authorization: Bearer TOKEN` is 401."""
+def _make_token(path: str) -> bool:
+    """Write a new random token to `path` (mode 600, never over a file or a link that is
+    there); False when one is there already."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, os.urandom(24).hex().encode() + b"\n")
+    finally:
+        os.close(fd)
+    return True
 
-    def __init__(self, app: Any, token: bytes | None) -> None:
-        self.app = app
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class Gate:
+    """ASGI middleware: Origin and Host as the module's comment says, then the token."""
+
+    def __init__(self, app: Any, token: bytes | None, port: int, loopback: bool,
+                 where: str = "its token file") -> None:
+        self.app, self.port, self.loopback, self.where = app, port, loopback, where
         self.want = b"Bearer " + token if token else None
 
+    def ours(self, scope: dict[str, Any]) -> set[str]:
+        """The host:port forms that name this face, as the request reached it."""
+        here = (scope.get("server") or ("127.0.0.1", self.port))[0]
+        names = {_hostport(here, self.port)}
+        if self.loopback:
+            names.add(f"localhost:{self.port}")
+        return names
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and self.want is not None:
-            got = next((v for k, v in scope.get("headers", []) if k == b"authorization"), b"")
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers", []))
+        ours = self.ours(scope)
+        origin = headers.get(b"origin", b"").decode("latin-1")
+        if origin and origin.lower() not in {f"http://{n}" for n in ours}:
+            return await _refuse(send, 403, f"forbidden: Origin {origin[:100]} is not this "
+                                 f"server's own (http://{min(ours)})")
+        host = headers.get(b"host", b"").decode("latin-1").lower()
+        if self.loopback and host not in ours:
+            return await _refuse(send, 421, f"misdirected: Host {host[:100]!r} does not "
+                                 f"name this server ({min(ours)})")
+        if self.want is not None:
+            got = headers.get(b"authorization", b"")
             if not hmac.compare_digest(got, self.want):
-                await _refuse(send, "unauthorized: this toolsrv mcp wants the header "
-                              "`Authorization: Bearer <token>`, the token being the text of "
-                              "its --token-file" if not got else
-                              "unauthorized: wrong bearer token")
-                return
+                return await _refuse(send, 401, "unauthorized: this toolsrv mcp wants the "
+                                     "header `Authorization: Bearer <token>`, the token being "
+                                     f"the text of {self.where}" if not got else
+                                     "unauthorized: wrong bearer token")
         await self.app(scope, receive, send)
 
 
-async def _refuse(send: Any, why: str) -> None:
+async def _refuse(send: Any, status: int, why: str) -> None:
     body = json.dumps({"jsonrpc": "2.0", "id": None,
                        "error": {"code": -32001, "message": why}}).encode()
-    await send({"type": "http.response.start", "status": 401,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"www-authenticate", b'Bearer realm="toolsrv"')]})
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="toolsrv"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -107,19 +173,38 @@ def bind(host: str, port: int) -> socket.socket:
     return s
 
 
-async def serve_http(wiring: Wiring, sock: socket.socket, token: bytes | None) -> None:
-    """Serve on the bound `sock` until uvicorn is told to stop (SIGINT, SIGTERM) or the
+class Listen:
+    """What serve_http needs: the bound socket, the token and the session bounds."""
+
+    def __init__(self, sock: socket.socket, token: bytes | None, token_file: str | None,
+                 made: bool = False, idle_timeout: float = 600, max_sessions: int = 32
+                 ) -> None:
+        self.sock, self.token, self.token_file, self.made = sock, token, token_file, made
+        self.idle_timeout, self.max_sessions = idle_timeout, max_sessions
+
+
+async def serve_http(wiring: Wiring, listen: Listen) -> None:
+    """Serve on the bound socket until uvicorn is told to stop (SIGINT, SIGTERM) or the
     task is cancelled."""
     import uvicorn
-    host = sock.getsockname()[0]
-    app = wiring.server.streamable_http_app(streamable_http_path="/mcp", host=host)
-    shown = f"[{host}]" if ":" in host else host
-    print(f"toolsrv mcp: streamable HTTP on http://{shown}:{sock.getsockname()[1]}/mcp"
-          + (" (bearer token required)" if token else
-             " (loopback, no token: any local user can connect)"),
+    from mcp.server.transport_security import TransportSecuritySettings
+    sock, token = listen.sock, listen.token
+    host, port = sock.getsockname()[:2]
+    wiring.http = True
+    app = wiring.server.streamable_http_app(
+        streamable_http_path="/mcp", session_idle_timeout=listen.idle_timeout,
+        max_sessions=listen.max_sessions,     # the gate checks Origin and Host instead
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    if listen.made:
+        print(f"toolsrv mcp: made the bearer token {token.decode()} in {listen.token_file} "
+              "(mode 600): clients send `Authorization: Bearer <it>`",
+              file=sys.stderr, flush=True)
+    print(f"toolsrv mcp: streamable HTTP on http://{_hostport(host, port)}/mcp"
+          + (f" (bearer token required: the text of {listen.token_file})" if token else
+             " (--no-token: any local user can connect)"),
           file=sys.stderr, flush=True)
-    config = uvicorn.Config(BearerGate(app, token), log_level="warning", lifespan="on",
-                            access_log=False)
+    gate = Gate(app, token, port, is_loopback(host), listen.token_file or "")
+    config = uvicorn.Config(gate, log_level="warning", lifespan="on", access_log=False)
     try:
         await uvicorn.Server(config).serve(sockets=[sock])
     finally:

@@ -23,7 +23,7 @@ import os
 from typing import Any
 
 from toolsrv.proto import (
-    DMDIR, IOHDRSZ, MAXWELEM, NOFID, NOTAG, OREAD, ORDWR, OTRUNC, OWRITE, Framer, Malformed,
+    DMDIR, DMTMP, IOHDRSZ, MAXWELEM, NOFID, NOTAG, OREAD, ORDWR, OTRUNC, OWRITE, Framer, Malformed,
     ProtocolError, Rerror, Tattach, Tauth, Tclunk, Tcreate, Tflush, Topen, Tread, Tremove,
     Tversion, Twalk, Twrite, encode, replace,
 )
@@ -358,12 +358,14 @@ class NineP(asyncio.Protocol):
         finally:
             self.clunk_nowait(fid)
 
-    async def mkdir(self, path: str) -> bool:
-        """Make a session or agent directory; False when it exists already."""
+    async def mkdir(self, path: str, temporary: bool = False) -> bool:
+        """Make a session or agent directory; False when it exists already.  A
+        temporary session (DMTMP) is never saved to the server's state."""
         parent, _, name = path.rstrip("/").rpartition("/")
         fid = await self.walk(parent)
         try:
-            await self.rpc(Tcreate(0, fid, name, DMDIR | 0o755, OREAD))
+            await self.rpc(Tcreate(0, fid, name, DMDIR | (DMTMP if temporary else 0) | 0o755,
+                                   OREAD))
         except NinePError as e:
             if "exists" in str(e):
                 return False

@@ -62,20 +62,25 @@ def mcp_main(args: Any) -> int:
                         format="toolsrv: %(message)s", stream=sys.stderr)
     http = None
     if args.http:
-        from .http import BadListen, bind, check_listen, parse_hostport
+        from .http import BadListen, Listen, bind, check_listen, parse_hostport
         try:
             host, port = parse_hostport(args.http)
-            token = check_listen(host, args.listen_any, args.token_file)
+            if not args.idle_timeout > 0 or not args.max_sessions > 0:
+                raise BadListen("--idle-timeout and --max-sessions must be more than 0")
+            token, token_file, made = check_listen(host, args.listen_any, args.token_file,
+                                                   args.no_token)
         except (BadListen, OSError, ValueError) as e:
             print(f"toolsrv mcp: {e}", file=sys.stderr)
             return 2
         try:
-            http = (bind(host, port), token)
+            http = Listen(bind(host, port), token, token_file, made, args.idle_timeout,
+                          args.max_sessions)
         except OSError as e:
             print(f"toolsrv mcp: cannot listen on {args.http}: {e}", file=sys.stderr)
             return 1
-    elif args.listen_any or args.token_file:
-        print("toolsrv mcp: --listen-any and --token-file go with --http", file=sys.stderr)
+    elif args.listen_any or args.token_file or args.no_token:
+        print("toolsrv mcp: --listen-any, --token-file and --no-token go with --http",
+              file=sys.stderr)
         return 2
     options = {}
     if getattr(args, "uvloop", False) or os.environ.get("TOOLSRV_UVLOOP", "") not in ("", "0"):
@@ -91,7 +96,7 @@ def mcp_main(args: Any) -> int:
         return 130
 
 
-async def _main(args: Any, http: tuple[Any, bytes | None] | None) -> int:
+async def _main(args: Any, http: Any) -> int:
     try:
         nine, addr, local = await _connect(args)
     except (OSError, NinePError, ValueError) as e:
@@ -128,7 +133,7 @@ async def _connect(args: Any) -> tuple[NineP, str, Local | None]:
 
 
 async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
-                 http: tuple[Any, bytes | None] | None) -> int:
+                 http: Any) -> int:
     from .server import Wiring
     nine, addr, local = got
 
@@ -145,7 +150,7 @@ async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
             tg.start_soon(_stop_on_signal, tg.cancel_scope)
             if http is not None:
                 from .http import serve_http
-                await serve_http(wiring, *http)
+                await serve_http(wiring, http)
             else:
                 read, write = streams
                 await wiring.server.run(read, write, wiring.init_options())

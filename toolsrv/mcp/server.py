@@ -9,8 +9,11 @@ it over stdio (default) or streamable HTTP (http.py).
 Connections.  Every MCP connection of the handshake era (stdio, a stateful HTTP session)
 is met by a middleware on its first message: it gets a `Seat` (its session and agent,
 made on its first call) and a teardown on the SDK's per-connection exit stack that
-removes them.  A request of the 2026 era arrives without a connection that outlives
-it; its seat is the client's, kept until `toolsrv mcp` exits.
+removes them.  A seat is never shared, whatever the client calls itself: its name is a
+label.  A request of the 2026 era arrives without a connection that outlives it: over
+stdio the process is the client's connection (one seat, until `toolsrv mcp` exits);
+over HTTP nothing ties two requests together, so each `tools/call` gets a seat of its
+own, removed when the call ends (no state is carried from one call to the next).
 
 Notifications.  The face's watcher (revwait) calls `changed()`: every live
 handshake-era connection gets `notifications/tools/list_changed` on its standalone
@@ -22,6 +25,7 @@ cancellation reaches the 9P read of `call`, which ninep.py flushes: toolsrv kill
 """
 from __future__ import annotations
 
+import base64
 import logging
 from typing import Any
 
@@ -29,9 +33,11 @@ import anyio
 import mcp_types as types
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp.server.lowlevel.server import NotificationOptions, Server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.subscriptions import (InMemorySubscriptionBus, ListenHandler,
+                                      PromptsListChanged, ToolsListChanged)
 from mcp.shared.exceptions import MCPError
 
+from . import extras
 from .face import Face, Seat, Unknown, clean_name
 
 log = logging.getLogger("toolsrv.mcp")
@@ -72,18 +78,29 @@ class Wiring:
         self.face = face
         self.pid = pid                    # the client's pid (stdio: our parent), or None
         self.conns: dict[int, tuple[Any, Seat]] = {}
-        self.by_client: dict[str, Seat] = {}   # 2026-era requests: one seat per client
+        self.modern: Seat | None = None     # 2026-era requests over stdio: the process's
+        self.http = False                   # set by http.py: 2026-era seats per request
         self.bus = InMemorySubscriptionBus()
+        self.notes = NotificationOptions(tools_changed=True, prompts_changed=True)
+        self.subscribed: set[int] = set()   # connections subscribed to the log
         self.server: Server[Any] = Server(
             "toolsrv", version=_version(),
             instructions=INSTRUCTIONS + (SEARCH_INSTRUCTIONS if face.search else ""),
             on_list_tools=self.list_tools, on_call_tool=self.call_tool,
+            on_list_prompts=self.list_prompts, on_get_prompt=self.get_prompt,
+            on_list_resources=self.list_resources, on_read_resource=self.read_resource,
+            on_subscribe_resource=self.subscribe, on_unsubscribe_resource=self.unsubscribe,
+            on_roots_list_changed=self.roots_changed,
             on_subscriptions_listen=ListenHandler(self.bus))
         self.server.middleware.append(self._meet)
+        # the capabilities are the same on every transport: HTTP's session manager asks
+        # for the default options, which would say listChanged: false
+        made = self.server.create_initialization_options
+        self.server.create_initialization_options = (  # type: ignore[method-assign]
+            lambda notes=None, *a, **k: made(notes or self.notes, *a, **k))
 
     def init_options(self) -> Any:
-        return self.server.create_initialization_options(
-            NotificationOptions(tools_changed=True))
+        return self.server.create_initialization_options(self.notes)
 
     # -- connections --
     async def _meet(self, ctx: Any, call_next: Any) -> Any:
@@ -99,12 +116,15 @@ class Wiring:
         return await call_next(ctx)
 
     async def _gone(self, key: int) -> None:
+        self.subscribed.discard(key)
         conn, seat = self.conns.pop(key, (None, None))
         if seat is not None:
             with anyio.move_on_after(5, shield=True):
                 await self.face.release(seat)
 
-    def seat_of(self, ctx: Any) -> Seat:
+    def seat_of(self, ctx: Any) -> tuple[Seat, bool]:
+        """The seat of a request, and whether it is the request's own (to release at its
+        end: a 2026-era request over HTTP)."""
         client = _client(ctx)
         conn = _connection(ctx)
         got = self.conns.get(id(conn)) if conn is not None else None
@@ -112,38 +132,135 @@ class Wiring:
             seat = got[1]
             if not seat.ready:
                 seat.client = clean_name(client)   # known by now
-            return seat
-        seat = self.by_client.get(client)
-        if seat is None:
-            seat = self.by_client[client] = self.face.seat(client, self.pid)
-        return seat
+            return seat, False
+        if self.http:
+            return self.face.seat(client, None), True
+        if self.modern is None:
+            self.modern = self.face.seat(client, self.pid)
+        return self.modern, False
 
     async def changed(self) -> None:
-        """The registry moved: tell every connection that can hear it."""
+        """The registry moved: tell every connection that can hear it (the tools, and
+        the prompts, which are the tools')."""
         for conn, _ in list(self.conns.values()):
             if conn.protocol_version not in MODERN_PROTOCOL_VERSIONS:
                 try:
                     await conn.send_tool_list_changed()
+                    await conn.send_prompt_list_changed()
                 except Exception as e:      # a connection going away: not ours to fail
                     log.debug("list_changed not sent: %s", e)
         await self.bus.publish(ToolsListChanged())
+        await self.bus.publish(PromptsListChanged())
 
     # -- handlers --
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        start = _offset(getattr(params, "cursor", None) if params is not None else None)
         try:
             tools = await self.face.listing()
         except Exception as e:
             raise MCPError(types.INTERNAL_ERROR, f"toolsrv: {e}") from None
-        return types.ListToolsResult.model_validate({"tools": [t.wire() for t in tools]})
+        if start > len(tools):
+            raise MCPError(types.INVALID_PARAMS, "invalid cursor: past the end of the list "
+                           "(list again without a cursor)")
+        page: dict[str, Any] = {"tools": [t.wire() for t in tools[start:start + PAGE]]}
+        if start + PAGE < len(tools):
+            page["nextCursor"] = _cursor(start + PAGE)
+        return types.ListToolsResult.model_validate(page)
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams
                         ) -> types.CallToolResult:
         args = params.arguments if params.arguments is not None else {}
+        seat, once = self.seat_of(ctx)
+        if not seat.ready and seat.cwd is None and extras.wants_roots(ctx):
+            seat.cwd = await extras.first_root(ctx) or ""
+
+        async def work() -> dict[str, Any]:
+            return await self.face.call(seat, params.name, args)
         try:
-            res = await self.face.call(self.seat_of(ctx), params.name, args)
+            if extras.progress_token(params) is not None:
+                res = await extras.with_progress(ctx, params.name, work)
+            else:
+                res = await work()
         except Unknown as e:
             raise MCPError(types.INVALID_PARAMS, str(e)) from None
+        finally:
+            if once:
+                with anyio.move_on_after(5, shield=True):
+                    await self.face.release(seat)
+        conn = _connection(ctx)
+        if conn is not None and id(conn) in self.subscribed:
+            try:
+                await conn.send_resource_updated(extras.LOG_URI)
+            except Exception as e:
+                log.debug("resources/updated not sent: %s", e)
         return _result(res)
+
+    # -- prompts, the log, roots (extras.py) --
+    async def list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
+        return extras.prompt_list(list((await self.face.registry()).values()))
+
+    async def get_prompt(self, ctx: Any, params: Any) -> types.GetPromptResult:
+        return extras.prompt_get(await self.face.registry(), params.name)
+
+    async def list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
+        return extras.resource_list()
+
+    async def read_resource(self, ctx: Any, params: Any) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        if uri != extras.LOG_URI:
+            return extras.resource_contents(uri, "")
+        seat, once = self.seat_of(ctx)
+        if once:                            # a 2026-era request over HTTP: nothing logged
+            self.face.seats.discard(seat)
+            return extras.resource_contents(uri, "")
+        return extras.resource_contents(uri, await self.face.log_text(seat))
+
+    async def subscribe(self, ctx: Any, params: Any) -> types.EmptyResult:
+        conn = _connection(ctx)
+        if conn is not None and id(conn) in self.conns:     # a connection that lasts
+            self.subscribed.add(id(conn))
+        return types.EmptyResult()
+
+    async def unsubscribe(self, ctx: Any, params: Any) -> types.EmptyResult:
+        conn = _connection(ctx)
+        if conn is not None:
+            self.subscribed.discard(id(conn))
+        return types.EmptyResult()
+
+    async def roots_changed(self, ctx: Any, params: Any) -> None:
+        seat, once = self.seat_of(ctx)
+        if once:
+            self.face.seats.discard(seat)
+            return
+        root = await extras.first_root(ctx)
+        if root:
+            await self.face.move(seat, root)
+
+
+PAGE = 500          # tools per tools/list page (doc/mcp.md)
+_CURSOR = "toolsrv-offset-"
+
+
+def _cursor(offset: int) -> str:
+    """An opaque cursor: where the next page starts, in the list as it is then."""
+    return base64.urlsafe_b64encode(f"{_CURSOR}{offset}".encode()).decode()
+
+
+def _offset(cursor: str | None) -> int:
+    """Where a page starts: 0 without a cursor; -32602 for one this face did not make."""
+    if cursor is None:
+        return 0
+    try:
+        text = base64.urlsafe_b64decode(cursor.encode("ascii")).decode()
+        if not text.startswith(_CURSOR):
+            raise ValueError(text)
+        offset = int(text[len(_CURSOR):])
+        if offset < 0:
+            raise ValueError(offset)
+    except (ValueError, UnicodeError):
+        raise MCPError(types.INVALID_PARAMS, f"invalid cursor {cursor[:40]!r}: give the "
+                       "nextCursor of the page before, or none") from None
+    return offset
 
 
 _JSON_TYPES = {list: "an array", str: "a string", bool: "a boolean", int: "a number",

@@ -157,6 +157,18 @@ def _args(v: Any, where: str) -> dict[str, Any]:
     return v
 
 
+def _output_schema(v: Any, where: str) -> dict[str, Any]:
+    """outputSchema: a JSON Schema of the JSON object the tool prints (MCP's
+    structuredContent): checked as `args` is, and it must describe an object."""
+    if not isinstance(v, dict):
+        raise MetaError(f"{where}: must be an object (a JSON Schema), not {json_kind(v)}")
+    check_schema(v, where)
+    if v.get("type") != "object":
+        raise MetaError(f'{where}.type: must be "object" (MCP\'s structured content is '
+                        f"one JSON object), not {json.dumps(v.get('type'))}")
+    return v
+
+
 PROTOCOLS = ("lines", "mcp")
 IDLE = 300.0  # seconds a resident process may sit without a call
 
@@ -191,7 +203,10 @@ _CHECKERS: dict[str, Callable[[Any, str], Any]] = {
     "description": _string, "prompt": _string, "keywords": _strings, "args": _args,
     "tier": _tier, "cmd": _cmd, "scope": _string, "outputFormat": _string,
     "resetsCounter": _boolean, "readOnly": _boolean, "resident": _resident,
+    "title": _string, "destructive": _boolean, "idempotent": _boolean,
+    "outputSchema": _output_schema,
 }
+HINTS = ("title", "destructive", "idempotent", "outputSchema")   # kept as written
 FIELDS = tuple(_CHECKERS)
 
 

@@ -25,7 +25,7 @@ import re
 from functools import cached_property
 from typing import Any
 
-from .metafile import default_args, validator_class
+from .metafile import HINTS, default_args, validator_class
 from ..record import Frozen, setfield
 from .variants import Host
 from . import warmstart
@@ -97,14 +97,15 @@ class Tool(Frozen):
     """One visible tool, variant applied and command resolved.  Treat as immutable."""
     FIELDS = ("name", "file", "dir", "description", "prompt", "keywords", "schema", "tier",
               "read_only", "scope", "output_format", "resets_counter", "extra", "command",
-              "variant", "cmd", "resident")
+              "variant", "cmd", "resident", "hints")
 
     def __init__(self, name: str, file: str, dir: str, description: str, prompt: str,
                  keywords: tuple[str, ...], schema: dict[str, Any], tier: str,
                  read_only: bool, scope: str | None, output_format: str | None,
                  resets_counter: bool, extra: dict[str, Any], command: Command,
                  variant: int | None, cmd: str | None = None,
-                 resident: dict[str, Any] | None = None) -> None:
+                 resident: dict[str, Any] | None = None,
+                 hints: dict[str, Any] | None = None) -> None:
         self.__dict__.update(           # what make_tool does too
             name=name,
             file=file,                  # the .meta path
@@ -117,7 +118,8 @@ class Tool(Frozen):
             command=command,
             variant=variant,            # index of the variant applied, None without variants
             cmd=cmd,                    # the `cmd` field as written (variant applied)
-            resident=resident)          # {"protocol", "idle", "tool"}, or None: a run per call
+            resident=resident,          # {"protocol", "idle", "tool"}, or None: a run per call
+            hints=hints or {})          # title, destructive, idempotent, outputSchema
 
     def meta_json(self) -> dict[str, Any]:
         """The resolved definition served as tools/<tool>/meta."""
@@ -131,6 +133,7 @@ class Tool(Frozen):
                      ("resident", self.resident)):
             if v is not None:
                 out[k] = v
+        out.update(self.hints)
         out["command"] = self.command.to_json()
         out["start"] = warmstart.describe(list(self.command.argv), self.extra.get("warm"))
         if self.extra:
@@ -183,7 +186,8 @@ def make_tool(name: str, dir: str, file: str, fields: dict[str, Any],
         scope=fields.get("scope"), output_format=fields.get("outputFormat"),
         resets_counter=fields.get("resetsCounter", False), extra=extra,
         command=command, variant=variant, cmd=fields.get("cmd"),
-        resident=_resident(fields.get("resident"), name))
+        resident=_resident(fields.get("resident"), name),
+        hints={k: fields[k] for k in HINTS if k in fields})
     return tool
 
 

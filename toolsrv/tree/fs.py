@@ -20,7 +20,7 @@ import json
 import logging
 from typing import Any, Callable
 
-from toolsrv.proto import DMDIR
+from toolsrv.proto import DMDIR, DMTMP
 
 from .. import errors as E
 from ..errors import P9Error
@@ -253,7 +253,8 @@ class SessionRoot(Dir_):
     def create(self, name: str, perm: int, mode: int, fid: Any) -> Any:
         if not perm & DMDIR:
             raise P9Error(E.ECREATE)
-        return after_save(self.fs.store.create(name), self._node)
+        return after_save(self.fs.store.create(name, temporary=bool(perm & DMTMP)),
+                          self._node)
 
 
 class SessionDir(FixedDir):

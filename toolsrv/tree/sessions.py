@@ -34,6 +34,11 @@ goes newest change first.  On start a corrupt file is moved aside to
 `state.json.corrupt-<time>` and reported, never silently dropped; temp files
 left by a server killed during a save (`state.json.tmp.<pid>`) are removed
 (sweep_temp: the state directory is locked by then, so no live server owns one).
+
+A temporary session (made with DMTMP in the Tcreate's perm: the MCP face makes its
+own so) is never saved: it lives as long as the server or until removed, and is
+counted against a limit of its own (max_sessions temporary ones besides max_sessions
+saved ones), so clients that make temporary sessions never use up another client's.
 """
 from __future__ import annotations
 
@@ -98,11 +103,12 @@ class Agent(Plain):
 
 
 class Session(Plain):
-    FIELDS = ("name", "cwd", "sandbox", "private_cwd", "serial", "agents", "alive")
+    FIELDS = ("name", "cwd", "sandbox", "private_cwd", "serial", "agents", "alive",
+              "temporary")
 
     def __init__(self, name: str, cwd: str, sandbox: str = "default", private_cwd: bool = True,
                  serial: int | None = None, agents: dict[str, Agent] | None = None,
-                 alive: bool = True) -> None:
+                 alive: bool = True, temporary: bool = False) -> None:
         self.name = name
         self.cwd = cwd
         self.sandbox = sandbox
@@ -110,6 +116,7 @@ class Session(Plain):
         self.serial = next(_serials) if serial is None else serial
         self.agents: dict[str, Agent] = {} if agents is None else agents
         self.alive = alive
+        self.temporary = temporary   # never saved (DMTMP at its creation)
         self.node: Any = None     # its directory in the tree, kept by fs.py (not state)
 
 
@@ -234,16 +241,18 @@ class SessionStore:
         self._going: set[tuple] = set()   # removals being saved: their names not yet free
 
     # -- sessions --
-    def create(self, name: str) -> Session | Awaitable[Session]:
+    def create(self, name: str, temporary: bool = False) -> Session | Awaitable[Session]:
+        """A new session; a temporary one is never saved and has a limit of its own."""
         if not valid_name(name):
             raise P9Error(E.EBADNAME)
         if name in self.sessions:
             raise P9Error(E.EEXIST)
         if ("s", name) in self._going:
             raise P9Error(f"resource busy: session {name} is being removed (try again)")
-        if len(self.sessions) >= self.max_sessions:
-            raise P9Error(f"resource busy: too many sessions (limit {self.max_sessions})")
-        s = Session(name, self._make_private_cwd(name))
+        if self._count(temporary) >= self.max_sessions:
+            raise P9Error(f"resource busy: too many {'temporary ' if temporary else ''}"
+                          f"sessions (limit {self.max_sessions})")
+        s = Session(name, self._make_private_cwd(name), temporary=temporary)
         self.sessions[name] = s
 
         def undo() -> None:
@@ -254,6 +263,15 @@ class SessionStore:
                 s.alive = False
                 self.remove_private_cwd(s.cwd)
         return self._then(self._commit(s, undo), s)
+
+    def _count(self, temporary: bool) -> int:
+        if temporary:
+            return self.temporaries
+        return len(self.sessions) - self.temporaries
+
+    @property
+    def temporaries(self) -> int:
+        return sum(1 for s in self.sessions.values() if s.temporary)
 
     def remove(self, name: str) -> None | Awaitable[None]:
         """Remove a session: gone from the tree at once; once that is saved its agents'
@@ -406,7 +424,8 @@ class SessionStore:
         return os.path.join(self.state_dir, "state.json") if self.state_dir else None
 
     def snapshot(self) -> dict:
-        return {"version": 1, "sessions": [_entry(s) for s in self.sessions.values()]}
+        return {"version": 1, "sessions": [_entry(s) for s in self.sessions.values()
+                                           if not s.temporary]}
 
     def _encode(self) -> bytes:
         """snapshot() as JSON, re-encoding only the sessions changed since the last save.
@@ -417,11 +436,13 @@ class SessionStore:
         agents x 10 tools the whole encoding took 70 ms of the event loop)."""
         done, parts = self._encoded, []
         for s in self.sessions.values():
+            if s.temporary:
+                continue
             got = done.get(s.name)
             if got is None or got[0] is not s:
                 got = done[s.name] = (s, _dumps(_entry(s)).encode())
             parts.append(got[1])
-        if len(done) > len(self.sessions):           # removed sessions
+        if len(done) > len(parts):                   # removed sessions
             for k in [k for k in done if k not in self.sessions]:
                 del done[k]
         return b'{"version": 1, "sessions": [' + b", ".join(parts) + b"]}"
