@@ -46,7 +46,7 @@ def _edits(edit: Any) -> dict[str, list[dict[str, Any]]]:
     for ch in edit.get("documentChanges") or []:
         if not isinstance(ch, dict) or "kind" in ch:
             raise ToolError(f"lsp_rename: the edit would {ch.get('kind', 'change')} a file; "
-                            "refused (operation not permitted)")
+                            "refused, nothing changed")
         uri = (ch.get("textDocument") or {}).get("uri")
         out.setdefault(uri, []).extend(ch.get("edits") or [])
     if not out:
@@ -72,7 +72,7 @@ async def rename(ctx: Ctx) -> str:
         path = uri_path(uri) if isinstance(uri, str) else None
         if path is None or not path.startswith(ctx.root.rstrip("/") + "/"):
             raise ToolError(f"lsp_rename: the edit reaches {path or uri}, outside the "
-                            "working directory; nothing changed (permission denied)")
+                            "working directory; nothing changed")
         plan.append((path, edits))
     docs = [(path, await ctx.doc(path), edits) for path, edits in plan]
     out = []

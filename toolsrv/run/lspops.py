@@ -47,16 +47,15 @@ class Ctx:
     def need(self, capability: str, what: str) -> None:
         if not self.client.supports(capability):
             name = (self.client.info.get("serverInfo") or {}).get("name") or "the server"
-            raise ToolError(f"{what}: {name} does not offer {capability} (operation not "
-                            f"supported by this language server)")
+            raise ToolError(f"{what}: {name} does not offer {capability} (this "
+                            "language server cannot do it)")
 
     def abspath(self, path: Any) -> str:
         if not isinstance(path, str) or not path:
             raise ToolError("path: give a file, relative to the working directory")
         full = os.path.normpath(os.path.join(self.root, path))
         if full != self.root and not full.startswith(self.root.rstrip("/") + "/"):
-            raise ToolError(f"path: {path} is outside the working directory "
-                            "(permission denied)")
+            raise ToolError(f"path: {path} is outside the working directory")
         if self.extensions and not full.endswith(self.extensions):
             raise ToolError(f"path: {path} is not a {self.language} file "
                             f"({', '.join(self.extensions)})")
@@ -161,11 +160,10 @@ async def find_symbol(ctx: Ctx, symbol: str) -> dict[str, Any]:
             seen.add(key)
             unique.append(s)
     if not unique:
-        raise ToolError(f"symbol: no symbol {symbol} in the workspace (file not found); "
-                        "lsp_symbols with a query lists names")
+        raise ToolError(f"symbol: no symbol {symbol} in the workspace ; lsp_symbols "
+                        "with a query lists names")
     if len(unique) > 1:
-        local = [s for s in unique if (uri_path(s["uri"]) or "").startswith(ctx.root)]
-        unique = local if len(local) == 1 else unique
+        unique = await _same_definition(ctx, unique)
     if len(unique) > 1:
         lines = [await _symbol_line(ctx, s) for s in unique[:20]]
         raise ToolError(f"symbol: {symbol} is ambiguous ({len(unique)} matches); name it "
@@ -174,6 +172,27 @@ async def find_symbol(ctx: Ctx, symbol: str) -> dict[str, Any]:
     doc = await ctx.doc(uri_path(s["uri"]) or "")
     s["doc"], s["pos"] = doc, _name_position(doc, s)
     return s
+
+
+async def _same_definition(ctx: Ctx, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Candidates that are one symbol seen twice (an import of a class is a symbol of the
+    importing module too) folded into the one they define: each candidate's own
+    definition is asked for, and those whose definition is another candidate go."""
+    if not ctx.client.supports("definitionProvider"):
+        return found
+    keep = []
+    for s in found:
+        doc = await ctx.doc(uri_path(s["uri"]) or "")
+        pos = _name_position(doc, s)
+        got = locations(await ctx.client.request("textDocument/definition", {
+            "textDocument": {"uri": doc.uri}, "position": pos}))
+        elsewhere = [(u, r) for u, r in got if (u, r.get("start", {}).get("line")) !=
+                     (doc.uri, pos["line"])]
+        if not any(u == o["uri"] and r.get("start", {}).get("line") ==
+                   ((o["sel"] or o["range"] or {}).get("start") or {}).get("line")
+                   for u, r in elsewhere for o in found if o is not s):
+            keep.append(s)
+    return keep or found
 
 
 def _name_position(doc: Doc, s: dict[str, Any]) -> dict[str, Any]:
@@ -193,16 +212,22 @@ def _name_position(doc: Doc, s: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _symbol_line(ctx: Ctx, s: dict[str, Any]) -> str:
+    """`path:line:col: kind Container.name [first-last]`, the position being the name's."""
     path = uri_path(s["uri"]) or s["uri"]
     doc = await ctx.client.peek(path)
-    rng = s.get("sel") or s.get("range") or {}
-    start = (rng.get("start") or {"line": 0, "character": 0})
-    line, col = doc.from_wire(start) if doc else (start["line"] + 1, start["character"] + 1)
+    rng = s.get("range") or {}
+    start = rng.get("start") or {"line": 0, "character": 0}
+    if doc is not None:
+        line, col = doc.from_wire(_name_position(doc, s))
+    else:
+        line, col = int(start["line"]) + 1, int(start["character"]) + 1
     qual = f"{s['container']}.{s['name']}" if s["container"] else s["name"]
     text = f"{_kind(s['kind'])} {qual}"
-    end = (s.get("range") or {}).get("end")
-    if isinstance(end, dict) and s.get("range", {}).get("start") != end:
-        text += f" [{int(s['range']['start']['line']) + 1}-{int(end['line']) + 1}]"
+    end = rng.get("end")
+    if isinstance(end, dict):
+        last = int(end["line"]) + (0 if end.get("character") or end["line"] ==
+                                   start["line"] else -1)     # an end is exclusive
+        text += f" [{int(start['line']) + 1}-{last + 1}]"
     return f"{ctx.rel(path)}:{line}:{col}: {text}"
 
 
