@@ -14,45 +14,20 @@ import os
 import re
 import shutil
 import socket
-import sys
-import sysconfig
 import tempfile
 import time
 
 import pytest
 
 from apphelpers import AppThread, add_tool, tools_dir
+from lsphelpers import A, B, BIN, PROJECT, PYLSP, SHAPES, write_project
 from toolsrv.cli.client import Client, ClientError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = sysconfig.get_path("scripts")
-PYLSP = shutil.which("pylsp", path=BIN)
 pytestmark = pytest.mark.skipif(PYLSP is None, reason="python-lsp-server is not installed "
                                 "(the lsp extra of setup.cfg: pip install 'toolsrv[lsp]')")
 TOOLS = ["lsp_definition", "lsp_references", "lsp_hover", "lsp_diagnostics", "lsp_symbols",
          "lsp_rename", "lsp_calls"]
-
-SHAPES = '''\
-class Shape:
-    """A rectangle-like shape that knows its area."""
-
-    def __init__(self, w, h):
-        self.w, self.h = w, h
-
-    def area(self):
-        """Width times height."""
-        return self.w * self.h
-
-    def scaled(self, k):
-        return Shape(self.w * k, self.h * k)
-'''
-A = "from pkg.shapes import Shape\n\n\ndef one():\n    return Shape(1, 2).area()\n"
-B = ("from pkg.shapes import Shape\n\n\ndef two():\n    s = Shape(3, 4)\n"
-     "    return s.area() + s.scaled(2).area()\n")
-C = "def area(r):\n    return 3 * r * r\n"          # another `area`: a rename leaves it be
-PROJECT = {"pkg/__init__.py": "", "pkg/shapes.py": SHAPES, "pkg/a.py": A, "pkg/b.py": B,
-           "pkg/c.py": C, "notes.txt": "the area of a Shape\n"}
-
 
 PROBE = """\
 import socket, sys
@@ -138,22 +113,6 @@ class Agent:
     def file(self, rel: str) -> str:
         with open(os.path.join(self.cwd, rel)) as f:
             return f.read()
-
-
-def write_project(cwd: str, files: dict[str, str]) -> None:
-    """Write files as the uid tools run as would own them (the cwd's owner)."""
-    st = os.stat(cwd)
-    for rel, text in files.items():
-        path = os.path.join(cwd, rel)
-        d = os.path.dirname(path)
-        if not os.path.isdir(d):
-            os.makedirs(d)
-            os.chown(d, st.st_uid, st.st_gid)
-        tmp = path + ".new"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.chown(tmp, st.st_uid, st.st_gid)
-        os.replace(tmp, path)     # a new inode: a changed stamp, as an editor's save
 
 
 def servers(cwd: str) -> dict[str, list[int]]:
@@ -315,7 +274,6 @@ def test_idle_ends_it(srv):
 
 
 def test_the_server_is_confined(srv):
-    secret = os.path.join(srv.secret, "secret.py")
     files = dict(PROJECT, **{"pkg/leak.py": "from pkg.outside.secret import TOKEN\n"
                                             "from pkg.inside.secret import TOKEN as T2\n",
                              "pkg/inside/__init__.py": "",
