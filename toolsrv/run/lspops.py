@@ -27,7 +27,8 @@ KINDS = ("", "file", "module", "namespace", "package", "class", "method", "prope
          "string", "number", "boolean", "array", "object", "key", "null", "enum member",
          "struct", "event", "operator", "type parameter")
 SEVERITY = ("", "error", "warning", "information", "hint")
-DIAG_WAIT = 5.0     # seconds lsp_diagnostics waits for a push by default
+DIAG_WAIT = 10.0    # seconds lsp_diagnostics waits for a push by default
+SETTLE = 0.5        # then, seconds without a push before the answer is taken as whole
 MAX_FILES = 1000    # files opened for a symbol search or whole-workspace diagnostics
 
 
@@ -381,15 +382,26 @@ async def diagnostics(ctx: Ctx) -> str:
 
 
 async def _wait_pushes(c: Client, uris: list[str], mark: int, wait: float) -> list[str]:
-    """Wait (bounded) until each uri has a push newer than `mark`; the ones left."""
+    """Wait (bounded by `wait`) until each uri has a push newer than `mark`, then for the
+    server to be quiet for SETTLE seconds (servers such as tsserver push the syntactic
+    diagnostics first and the semantic ones a moment later); the uris never pushed."""
     deadline = time.monotonic() + wait
 
     def left() -> list[str]:
         return [u for u in uris if (c.diagnostics.get(u) or (0,))[0] <= mark]
-    async with c.pushed:
-        while left() and time.monotonic() < deadline and not c.broken:
-            try:
-                await asyncio.wait_for(c.pushed.wait(), deadline - time.monotonic())
-            except asyncio.TimeoutError:
+
+    async def until(pred: Any, end: float) -> None:
+        async with c.pushed:
+            while not pred() and time.monotonic() < end and not c.broken:
+                try:
+                    await asyncio.wait_for(c.pushed.wait(), end - time.monotonic())
+                except asyncio.TimeoutError:
+                    return
+    await until(lambda: not left(), deadline)
+    if uris and not left():
+        while time.monotonic() < deadline:
+            seen = c.pushes
+            await until(lambda: c.pushes != seen, min(deadline, time.monotonic() + SETTLE))
+            if c.pushes == seen:
                 break
     return left()
