@@ -160,6 +160,7 @@ class Client:
         self.ids = itertools.count(1)
         self.waiting: dict[int, asyncio.Future[Any]] = {}
         self.docs: dict[str, Doc] = {}
+        self.peeked: dict[str, Doc] = {}      # files read for their lines, not opened
         self.diagnostics: dict[str, tuple[int, Any, list[Any]]] = {}   # uri -> (n, version, list)
         self.pushes = 0
         self.pushed = asyncio.Condition()
@@ -321,16 +322,25 @@ class Client:
         return doc, True
 
     async def peek(self, path: str) -> Doc | None:
-        """A file's text for showing lines (synced docs as they are; others read once)."""
+        """A file's text for showing lines (synced docs as they are; others read, and kept
+        while their stamp holds)."""
         uri = path_uri(path)
         if uri in self.docs:
             return self.docs[uri]
+        had = self.peeked.get(path)
         try:
-            res = await self.read(path)
+            res = await self.read(path, had.stamp if had is not None else None)
         except ResponseError:
             return None
+        if had is not None and isinstance(res, dict) and res.get("unchanged"):
+            return had
         text = res.get("text") if isinstance(res, dict) else None
-        return Doc(uri, path, text, res.get("stamp")) if isinstance(text, str) else None
+        if not isinstance(text, str):
+            return None
+        if len(self.peeked) > 256:
+            self.peeked.clear()
+        doc = self.peeked[path] = Doc(uri, path, text, res.get("stamp"))
+        return doc
 
     def close(self) -> None:
         self.reader.cancel()
