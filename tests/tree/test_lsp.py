@@ -257,7 +257,12 @@ def test_a_cwd_change_restarts_it_and_agent_removal_ends_it(srv):
     assert ag("lsp_definition", path="pkg/a.py", line=6, column=12) == \
         "pkg/shapes.py:1:7: class Shape:\n"
     wait_for(lambda: servers(ag.cwd) == {"bridge": [], "server": []}, "the old one to end")
-    assert len(servers(other)["server"]) == 1
+    moved = servers(other)["server"]
+    assert len(moved) == 1
+    ag.c.write(f"session/{ag.s}/sandbox", b"client9p")     # the session's sandbox changes
+    assert ag("lsp_definition", symbol="Shape").startswith("pkg/shapes.py:1:7")
+    wait_for(lambda: servers(other)["server"] not in ([], moved), "a restart")
+    assert "-> stopped: sandbox or cwd changed" in ag.c.read(ag.base + "/log").decode()
     ag.c.rm(ag.base)
     wait_for(lambda: servers(other) == {"bridge": [], "server": []},
              "agent removal to end the server")

@@ -159,9 +159,11 @@ class Residents:
             _fail(call, "refused", "elevation: not for resident tools (not implemented)")
             return
         where = (req.cwd, req.profile.name, tuple(req.argv))
+        if e.protocol == "lsp":          # a profile the tool names (lsp) replaces the
+            where += (call.agent.session.sandbox,)    # session's; its change restarts too
         if e.proc is not None and (not e.proc.alive or e.where != where):
             why = e.proc.exit_reason() if not e.proc.alive else \
-                "command changed" if e.where[2:] != where[2:] else "sandbox or cwd changed"
+                "command changed" if e.where[2:3] != where[2:3] else "sandbox or cwd changed"
             self._end(e, why)
         if e.proc is None:
             if not await self._start(call, e, tool, req, where, timeout):
