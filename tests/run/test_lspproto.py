@@ -160,3 +160,17 @@ def test_the_bridge_is_standard_library_only():
                                  if isinstance(n, ast.ImportFrom) and n.module}
     assert mods <= set(sys.stdlib_module_names), mods - set(sys.stdlib_module_names)
     assert os.path.basename(bridge.__file__) == "lspbridge.py"
+
+
+def test_the_client_capabilities_are_lsp_as_lsprotocol_types_it():
+    """What initialize announces is the protocol's ClientCapabilities, key for key: a
+    field lsprotocol does not know would be dropped on the way back."""
+    pytest.importorskip("lsprotocol", reason="lsprotocol is not installed (the lsp extra)")
+    from lsprotocol import converters, types
+
+    from toolsrv.run.lspproto import CAPABILITIES
+    conv = converters.get_converter()
+    caps = conv.structure(CAPABILITIES, types.ClientCapabilities)
+    assert caps.text_document.document_symbol.hierarchical_document_symbol_support is True
+    assert list(caps.general.position_encodings) == [types.PositionEncodingKind.Utf16]
+    assert conv.unstructure(caps) == CAPABILITIES
