@@ -29,7 +29,7 @@ $(STAMP): setup.cfg pyproject.toml $(MODLIST)
 	touch $(STAMP)
 
 run: $(STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/toolsrv serve $(ARGS)
+	$(BIN)/toolsrv serve $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)

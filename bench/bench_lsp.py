@@ -35,7 +35,7 @@ from .common import REPO, ToolsrvProcess, finish, lat, parser, row  # noqa: E402
 from .wire import Wire  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests"))
-from lsphelpers import BIN, PROJECT, PYLSP, write_project  # noqa: E402
+from lsphelpers import PROJECT, PYLSP, write_project  # noqa: E402
 from toolsrv.run.lspproto import Deframer, frame, path_uri  # noqa: E402
 
 B = "lsp"
@@ -102,7 +102,6 @@ def fresh_session(srv: ToolsrvProcess, name: str) -> tuple[str, ...]:
 def run(opts: object) -> list[dict]:
     q = getattr(opts, "quick")
     firsts, warms = (2, 100) if q else (5, 400)
-    os.environ["PATH"] = f"{BIN}:{os.environ.get('PATH', '')}"
     srv = ToolsrvProcess(str(REPO / "data" / "tools")).start()
     s: dict[str, list[float]] = {"first": [], "dfirst": [], "warm": [], "dwarm": []}
     pc = time.perf_counter

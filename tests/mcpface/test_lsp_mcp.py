@@ -15,7 +15,7 @@ from apphelpers import AppThread  # noqa: E402
 from mcphelpers import REPO, env, stdio_face, text  # noqa: E402
 from serverhelpers import stop_clean  # noqa: E402
 
-from lsphelpers import BIN, PROJECT, PYLSP, write_project  # noqa: E402
+from lsphelpers import PROJECT, PYLSP, write_project  # noqa: E402
 
 pytestmark = pytest.mark.skipif(PYLSP is None, reason="python-lsp-server is not installed "
                                 "(the lsp extra of setup.cfg: pip install 'toolsrv[lsp]')")
@@ -23,13 +23,10 @@ pytestmark = pytest.mark.skipif(PYLSP is None, reason="python-lsp-server is not 
 
 @pytest.fixture(scope="module")
 def server():
-    old = os.environ.get("PATH", "")
-    os.environ["PATH"] = f"{BIN}:{old}"
     app = AppThread([os.path.join(REPO, "data", "tools")],
                     timeout=120).start()
     yield app
     stop_clean(app)
-    os.environ["PATH"] = old
 
 
 def test_definition_hover_and_diagnostics_through_the_mcp_face(server):
@@ -41,7 +38,7 @@ def test_definition_hover_and_diagnostics_through_the_mcp_face(server):
     async def go():
         async with stdio_face("-a", server.addr, "--cwd", proj, "--tools",
                               "lsp_definition,lsp_hover,lsp_diagnostics",
-                              environ=env(PATH=os.environ["PATH"])) as s:
+                              environ=env()) as s:
             names = sorted(t.name for t in (await s.list_tools()).tools)
             with anyio.fail_after(180):
                 d = await s.call_tool("lsp_definition", {"symbol": "Shape.area"})

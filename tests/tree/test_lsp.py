@@ -20,7 +20,7 @@ import time
 import pytest
 
 from apphelpers import AppThread, add_tool, tools_dir
-from lsphelpers import A, B, BIN, PROJECT, PYLSP, SHAPES, write_project
+from lsphelpers import A, B, PROJECT, PYLSP, SHAPES, write_project
 from toolsrv.cli.client import Client, ClientError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -58,8 +58,6 @@ def probe_cmd(tools: str, secret: str, port: int) -> str:
 
 @pytest.fixture(scope="module")
 def srv():
-    old = os.environ.get("PATH", "")
-    os.environ["PATH"] = f"{BIN}:{old}"      # as `make run` does: the lsp extra's pylsp
     secret_dir = tempfile.mkdtemp(prefix="secret.", dir="/tmp")
     os.chmod(secret_dir, 0o755)                # only the sandbox keeps it out
     with open(os.path.join(secret_dir, "secret.py"), "w") as f:
@@ -82,7 +80,6 @@ def srv():
     app.secret, app.listener = secret_dir, listener
     yield app
     app.cleanup()
-    os.environ["PATH"] = old
     listener.close()
     shutil.rmtree(secret_dir, ignore_errors=True)
     shutil.rmtree(extra, ignore_errors=True)
@@ -124,8 +121,10 @@ def servers(cwd: str) -> dict[str, list[int]]:
             here = os.readlink(f"/proc/{pid}/cwd")
         except OSError:
             continue
-        if here == cwd and PYLSP.encode() in argv:
-            out["bridge" if b"-c" in argv else "server"].append(int(pid))
+        if here == cwd and b"toolsrv/run/lspbridge.py" in b"\0".join(argv):
+            out["bridge"].append(int(pid))
+        elif here == cwd and PYLSP.encode() in argv:
+            out["server"].append(int(pid))
     return out
 
 
