@@ -61,7 +61,6 @@ async def rename(ctx: Ctx) -> str:
     if not isinstance(new, str) or not new.strip() or "\n" in new:
         raise ToolError("new_name: give the new name, one line")
     doc, pos = await lspops.position(ctx)
-    await lspops._open_all(ctx)
     got = await ctx.client.request("textDocument/rename", {
         "textDocument": {"uri": doc.uri}, "position": pos, "newName": new})
     changes = _edits(got)

@@ -126,13 +126,16 @@ async def workspace_symbols(ctx: Ctx, query: str) -> list[dict[str, Any]]:
                                             "limit": MAX_FILES})
     out = []
     for path in res.get("paths", []):
-        try:
-            doc = await ctx.doc(path)
-        except ToolError:
-            continue
-        got = await c.request("textDocument/documentSymbol",
-                              {"textDocument": {"uri": doc.uri}})
-        out += [s for s in _flat(got, doc.uri) if query.lower() in s["name"].lower()]
+        uri = path_uri(path)       # asked unopened first: opening a thousand files would
+        try:                       # make the server analyse them all
+            got = await c.request("textDocument/documentSymbol", {"textDocument": {"uri": uri}})
+        except ResponseError:      # a server that answers for open files only
+            try:
+                await ctx.doc(path)
+            except ToolError:
+                continue
+            got = await c.request("textDocument/documentSymbol", {"textDocument": {"uri": uri}})
+        out += [s for s in _flat(got, uri) if query.lower() in s["name"].lower()]
     return out
 
 
@@ -282,25 +285,12 @@ async def definition(ctx: Ctx) -> str:
 async def references(ctx: Ctx) -> str:
     ctx.need("referencesProvider", "lsp_references")
     doc, pos = await position(ctx)
-    await _open_all(ctx)     # a server that indexes open files only sees them all
     got = await ctx.client.request("textDocument/references", {
         "textDocument": {"uri": doc.uri}, "position": pos,
         "context": {"includeDeclaration": bool(ctx.args.get("include_declaration", True))}})
     lines = await location_lines(ctx, locations(got))
     return "\n".join(lines) + "\n" if lines else \
         f"no references found at {ctx.where(doc, pos)}\n"
-
-
-async def _open_all(ctx: Ctx) -> None:
-    if ctx.client.supports("workspaceSymbolProvider"):
-        return
-    res = await ctx.client.request("toolsrv/files", {
-        "root": ctx.root, "extensions": ctx.extensions, "limit": MAX_FILES})
-    for path in res.get("paths", []):
-        try:
-            await ctx.doc(path)
-        except ToolError:
-            pass
 
 
 async def hover(ctx: Ctx) -> str:
