@@ -304,3 +304,15 @@ def test_the_server_is_confined(srv):
     assert "read: Permission denied" in probe and "connect: ok" not in probe
     with pytest.raises(BlockingIOError):
         srv.listener.accept()
+
+
+def test_a_cancelled_call_leaves_a_server_that_answers(srv):
+    """A cancel during the first call (the server starting) ends that call; the next call
+    gets a server that answers (a half-initialized one is not kept)."""
+    ag = Agent(srv, "cancel", files=PROJECT)
+    ag.c.write(ag.base + "/tools/lsp_definition/call", b'{"symbol": "Shape"}')
+    ag.c.write(ag.base + "/ctl", b"cancel lsp_definition")
+    wait_for(lambda: ag.status("lsp_definition")[0].split()[0] in ("killed", "ok"),
+             "the cancelled call to end")
+    assert ag("lsp_definition", symbol="Shape") == "pkg/shapes.py:1:7: class Shape:\n"
+    assert ag("lsp_hover", symbol="Shape.area").startswith("area(self)")

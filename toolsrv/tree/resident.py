@@ -215,6 +215,8 @@ class Residents:
             if rep.failure or rep.cancelled:
                 rep.failure = rep.failure and f"lsp initialize: {rep.failure}"
                 self._outcome(call, e, rep)
+                if e.proc is not None:     # cancelled half-initialized: it cannot serve
+                    self._end(e, "cancelled during initialize")
                 return False
         return True
 
