@@ -25,7 +25,7 @@ $(MODLIST): FORCE
 $(STAMP): setup.cfg pyproject.toml $(MODLIST)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[test,mcp,search]'
+	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[test,mcp,search,lsp]'
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -169,23 +169,27 @@ def _output_schema(v: Any, where: str) -> dict[str, Any]:
     return v
 
 
-PROTOCOLS = ("lines", "mcp")
+PROTOCOLS = ("lines", "mcp", "lsp")
 IDLE = 300.0  # seconds a resident process may sit without a call
+LSP_OPS = ("definition", "references", "hover", "diagnostics", "symbols", "rename", "calls")
+LSP_FIELDS = ("language", "extensions", "settings", "init")
 
 
 def _resident(v: Any, where: str) -> dict[str, Any] | None:
-    """`true`, `false` or {"protocol", "idle", "tool"}: the normalised form, or None (not
-    resident).  "tool" stays None when not given (the caller knows the .meta's name)."""
+    """`true`, `false` or {"protocol", "idle", "tool"} (lsp: also "language", "extensions",
+    "settings", "init"): the normalised form, or None (not resident).  "tool" stays None
+    when not given (the caller knows the .meta's name)."""
     if v is False:
         return None
     if v is True:
         v = {}
     if not isinstance(v, dict):
         raise MetaError(f"{where}: must be true, false or an object, not {json_kind(v)}")
-    for k in v:
-        if k not in ("protocol", "idle", "tool"):
-            raise MetaError(f"{where}.{k}: unknown field (protocol, idle, tool)")
     proto = v.get("protocol", "lines")
+    known = ("protocol", "idle", "tool") + (LSP_FIELDS if proto == "lsp" else ())
+    for k in v:
+        if k not in known:
+            raise MetaError(f"{where}.{k}: unknown field ({', '.join(known)})")
     if proto not in PROTOCOLS or not isinstance(proto, str):
         raise MetaError(f"{where}.protocol: must be one of {', '.join(PROTOCOLS)}, "
                         f"not {json.dumps(proto)}")
@@ -196,7 +200,25 @@ def _resident(v: Any, where: str) -> dict[str, Any] | None:
     tool = v.get("tool")
     if tool is not None and (not isinstance(tool, str) or not tool):
         raise MetaError(f"{where}.tool: must be a non-empty string, not {json.dumps(tool)}")
-    return {"protocol": proto, "idle": float(idle), "tool": tool}
+    out = {"protocol": proto, "idle": float(idle), "tool": tool}
+    return _lsp(v, where, out) if proto == "lsp" else out
+
+
+def _lsp(v: dict[str, Any], where: str, out: dict[str, Any]) -> dict[str, Any]:
+    """The lsp protocol's fields: `tool` one of LSP_OPS, `language` (the LSP language id),
+    `extensions` (the files it serves), `settings` and `init` (any JSON)."""
+    if out["tool"] not in LSP_OPS:
+        raise MetaError(f"{where}.tool: must be one of {', '.join(LSP_OPS)} for protocol "
+                        f"lsp, not {json.dumps(out['tool'])}")
+    lang = v.get("language")
+    if not isinstance(lang, str) or not lang:
+        raise MetaError(f"{where}.language: must be a language id such as \"python\"")
+    exts = v.get("extensions", [])
+    if not isinstance(exts, list) or not all(isinstance(e, str) and e.startswith(".")
+                                             for e in exts):
+        raise MetaError(f'{where}.extensions: must be a list of endings such as [".py"]')
+    return {**out, "language": lang, "extensions": list(exts),
+            "settings": v.get("settings"), "init": v.get("init")}
 
 
 _CHECKERS: dict[str, Callable[[Any, str], Any]] = {

@@ -179,6 +179,23 @@ class Process:
             finally:
                 self._wake = None
 
+    async def chunk(self) -> bytes:
+        """Whatever stdout holds now (waiting for some), for a framed protocol (lsp);
+        raises Ended at EOF or once the process has ended."""
+        while not self._out:
+            if self.eof or not self.alive:
+                raise Ended(f"EOF on stdout: {self.exit_reason()}" if self.eof else
+                            self.exit_reason())
+            self._wake = asyncio.get_running_loop().create_future()
+            try:
+                await self._wake
+            finally:
+                self._wake = None
+        out = bytes(self._out)
+        self._out.clear()
+        self._scan = 0
+        return out
+
     def leftover(self) -> bytes:
         """Output not asked for (written between calls); taken away."""
         out = bytes(self._out)

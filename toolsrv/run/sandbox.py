@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 PLACEHOLDERS = ("CWD", "HOME", "TMPDIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
-                "XDG_CACHE_HOME", "XDG_RUNTIME_DIR", "TOOLS")
+                "XDG_CACHE_HOME", "XDG_RUNTIME_DIR", "TOOLS", "PREFIX", "BASE_PREFIX")
 ACCESS_KEYS = ("ro", "rox", "rw", "rwx")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -170,6 +170,8 @@ def placeholder_values(cwd: str, tmpdir: str | None, tools: str | None,
         return value if value.startswith("/") else default
 
     return {"CWD": cwd, "HOME": home, "TMPDIR": tmpdir, "TOOLS": tools,
+            "PREFIX": sys.prefix,    # toolsrv's own installation (the lsp extra's servers)
+            "BASE_PREFIX": sys.base_prefix,      # and its interpreter's
             "XDG_CONFIG_HOME": xdg("XDG_CONFIG_HOME", home + "/.config"),
             "XDG_DATA_HOME": xdg("XDG_DATA_HOME", home + "/.local/share"),
             "XDG_STATE_HOME": xdg("XDG_STATE_HOME", home + "/.local/state"),

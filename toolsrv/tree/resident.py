@@ -20,6 +20,13 @@ of that tool to the entry's process, starting it first when there is none:
     sends SIGTERM, then SIGKILL after GRACE.
 `status_line` is the second line of the tool's `status`: `resident up 42s, 17 calls`,
 `resident stopped: idle`.
+
+Language servers (protocol lsp, issue 31) are the session's, not an agent's: one process
+per session and command (`shared`), used by every agent of the session that calls an
+lsp_* tool naming that command; it ends when the last of those agents unloads its lsp
+tools or is removed, when idle, and restarts on a change of the session's cwd or sandbox.
+The process is the bridge (run/lspbridge.py) with the server as its child; a call is
+run.lspedit.run over the entry's lspproto.Client (initialized once per process).
 """
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ from typing import Any
 from .. import errors as E
 from ..errors import defuse
 from ..record import Plain
-from ..run import mcpproto, resident
+from ..run import lspedit, lspproto, mcpproto, resident
 from ..run.runner import RunRequest, RunResult
 from .jsonargs import fit
 
@@ -46,7 +53,7 @@ BACKOFF_MAX = 60.0
 class Entry(Plain):
     """One resident process slot of an agent: the process (if up) and its history."""
     FIELDS = ("key", "protocol", "idle", "agent", "name", "proc", "client", "where", "fails",
-              "next_try", "stopped", "timer", "lock", "calls")
+              "next_try", "stopped", "timer", "lock", "calls", "users")
 
     def __init__(self, key: tuple, protocol: str, idle: float, agent: Any = None,
                  name: str = "") -> None:
@@ -64,6 +71,7 @@ class Entry(Plain):
         self.timer: asyncio.TimerHandle | None = None
         self.lock = asyncio.Lock()
         self.calls = 0
+        self.users: dict[Any, set[str]] = {}   # lsp: the agents that share it, their tools
 
     def status_line(self) -> str:
         p = self.proc
@@ -82,8 +90,8 @@ class Entry(Plain):
 
 def entry_key(tool: Any) -> tuple:
     r = tool.resident
-    if r["protocol"] == "mcp":
-        return ("mcp", tuple(tool.command.argv))
+    if r["protocol"] in ("mcp", "lsp"):
+        return (r["protocol"], tuple(tool.command.argv))
     return ("lines", tool.name)
 
 
@@ -94,12 +102,21 @@ class Residents:
         self.runner = runner
         self.live: set[Entry] = set()    # entries with a process up
         self.dying: set[resident.Process] = set()   # killed after a grace period
+        self.shared: dict[tuple, Entry] = {}    # lsp: (session, key) -> the session's entry
 
     def entries(self, agent: Any) -> dict[tuple, Entry]:
         return agent.extra.setdefault("resident", {})
 
     def entry(self, agent: Any, tool: Any) -> Entry:
         key = entry_key(tool)
+        if key[0] == "lsp":
+            e = self.shared.get((agent.session, key))
+            if e is None:
+                r = tool.resident
+                e = self.shared[(agent.session, key)] = Entry(key, "lsp", r["idle"], agent,
+                                                              tool.name)
+            e.users.setdefault(agent, set()).add(tool.name)
+            return e
         d = self.entries(agent)
         e = d.get(key)
         if e is None:
@@ -110,7 +127,9 @@ class Residents:
     def status_line(self, agent: Any, tool: Any) -> str:
         if tool is None or not getattr(tool, "resident", None):
             return ""
-        e = self.entries(agent).get(entry_key(tool))
+        key = entry_key(tool)
+        e = self.shared.get((agent.session, key)) if key[0] == "lsp" else \
+            self.entries(agent).get(key)
         return e.status_line() if e is not None else ""
 
     # -- a call --
@@ -140,9 +159,11 @@ class Residents:
             _fail(call, "refused", "elevation: not for resident tools (not implemented)")
             return
         where = (req.cwd, req.profile.name, tuple(req.argv))
+        if e.protocol == "lsp":          # a profile the tool names (lsp) replaces the
+            where += (call.agent.session.sandbox,)    # session's; its change restarts too
         if e.proc is not None and (not e.proc.alive or e.where != where):
             why = e.proc.exit_reason() if not e.proc.alive else \
-                "command changed" if e.where[2:] != where[2:] else "sandbox or cwd changed"
+                "command changed" if e.where[2:3] != where[2:3] else "sandbox or cwd changed"
             self._end(e, why)
         if e.proc is None:
             if not await self._start(call, e, tool, req, where, timeout):
@@ -151,6 +172,9 @@ class Residents:
         assert proc is not None
         if e.protocol == "mcp":
             rep = await self._mcp_call(e, tool, call, timeout)
+        elif e.protocol == "lsp":
+            rep = await lspedit.run(proc, e.client, tool.resident["tool"], tool.resident,
+                                    call.args, timeout, call.kill)
         else:
             rep = await resident.lines_call(proc, compact(call.args), timeout, call.kill)
         e.calls += 1
@@ -164,7 +188,8 @@ class Residents:
                    f"(resource busy): {e.stopped}")
             _fail(call, "refused", why)
             return False
-        start = RunRequest(argv=req.argv, stdin=b"", cwd=req.cwd, env=req.env,
+        argv = lspproto.bridge_argv(req.argv) if e.protocol == "lsp" else req.argv
+        start = RunRequest(argv=argv, stdin=b"", cwd=req.cwd, env=req.env,
                            profile=req.profile, tool_dir=req.tool_dir, context=req.context)
         handle, refusal = await self.runner.open_resident(start)
         if handle is None:
@@ -183,7 +208,25 @@ class Residents:
                 rep.failure = rep.failure and f"mcp initialize: {rep.failure}"
                 self._outcome(call, e, rep)
                 return False
+        if e.protocol == "lsp":
+            lsp = e.client = lspproto.Client(e.proc, req.cwd, tool.resident.get("settings"))
+            _, rep = await resident.answer(e.proc, timeout, call.kill, self._lsp_init(
+                lsp, tool.resident.get("init")))
+            if rep.failure or rep.cancelled:
+                rep.failure = rep.failure and f"lsp initialize: {rep.failure}"
+                self._outcome(call, e, rep)
+                if e.proc is not None:     # cancelled half-initialized: it cannot serve
+                    self._end(e, "cancelled during initialize")
+                return False
         return True
+
+    def _lsp_init(self, client: lspproto.Client, options: Any) -> Any:
+        async def init() -> None:
+            try:
+                await client.initialize(options)
+            except (lspproto.LSPError, lspproto.ResponseError) as err:
+                raise resident.Ended(str(err)) from None
+        return init
 
     async def _init_wrap(self, client: mcpproto.Client) -> None:
         try:
@@ -218,7 +261,8 @@ class Residents:
                                 timeout_used=0.0)
         if rep.cancelled:
             _cancelled(call)
-            self._end(e, "cancelled", mcp_grace=e.protocol == "mcp")
+            if e.protocol != "lsp":      # lsp: the request was withdrawn ($/cancelRequest)
+                self._end(e, "cancelled", mcp_grace=e.protocol == "mcp")
         elif rep.timed_out:
             call.state, call.reason = "timeout", rep.failure or E.ETIMEOUT
             self._end(e, rep.failure or E.ETIMEOUT)
@@ -254,6 +298,8 @@ class Residents:
     def _end(self, e: Entry, why: str, mcp_grace: bool = False) -> None:
         """The entry's process goes (killed now, or after GRACE for a cancelled MCP call)."""
         proc, e.proc, client, e.client = e.proc, None, e.client, None
+        if isinstance(client, lspproto.Client):
+            client.close()
         if e.timer is not None:
             e.timer.cancel()
             e.timer = None
@@ -281,7 +327,9 @@ class Residents:
         e.timer = None
         if e.lock.locked() or e.proc is None:
             return
-        proc, e.proc, e.client = e.proc, None, None
+        proc, e.proc, client, e.client = e.proc, None, e.client, None
+        if isinstance(client, lspproto.Client):
+            client.close()
         self.live.discard(e)
         e.stopped = "idle"
         self._note(e, "stopped: idle")
@@ -291,7 +339,11 @@ class Residents:
         """End the processes of these tools of the agent (cancel, tool_unload)."""
         d = self.entries(agent)
         for t in tools:
-            if t is not None and getattr(t, "resident", None):
+            if t is not None and getattr(t, "resident", None) and entry_key(t)[0] == "lsp":
+                if why != "cancelled":         # a cancel ends the call, not the server
+                    self._leave(agent, self.shared.get((agent.session, entry_key(t))), why,
+                                t.name)
+            elif t is not None and getattr(t, "resident", None):
                 e = d.get(entry_key(t))
                 if e is not None and e.proc is not None:   # a call in flight to an MCP
                     self._end(e, why, mcp_grace=e.lock.locked())   # server: told first
@@ -301,6 +353,22 @@ class Residents:
         for e in list(self.entries(agent).values()):
             if e.proc is not None:
                 self._end(e, "agent removed")
+        for (s, _), e in list(self.shared.items()):
+            if s is agent.session:
+                self._leave(agent, e, "agent removed")
+
+    def _leave(self, agent: Any, e: Entry | None, why: str, name: str | None = None) -> None:
+        """An agent stops using a session's language server (unloads the last lsp tool of
+        it that it called, or goes): the last one out ends it."""
+        if e is None or agent not in e.users:
+            return
+        e.users[agent].discard(name) if name is not None else e.users[agent].clear()
+        if not e.users[agent]:
+            del e.users[agent]
+        if not e.users:
+            self.shared.pop((agent.session, e.key), None)
+            if e.proc is not None:
+                self._end(e, why)
 
     async def close(self) -> None:
         """Shutdown: kill every process and wait (bounded) until each has ended."""
