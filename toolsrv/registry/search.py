@@ -24,9 +24,12 @@ decimals; ties break by name, so the order is deterministic.
 
 With numpy importable the scoring loops run as array operations (each term's BM25 weights
 kept as arrays, made again when its postings, the tool count or the total length move);
-without it, plain dicts compute the same scores.  Methods run on the event loop's thread,
-except the first build: tree/searchfile.py runs `load_semantic` and the first `sync` in a
-worker thread while every search waits for them (the registry hook only adds to a set).
+without it, plain dicts compute the same scores.  Threads: the registry hook (`_moved`)
+and `pending` run on the registry's thread (the event loop) and only touch the dirty set
+and read the registry; `apply`, `search` and `load_semantic` (tokenising, embedding,
+scoring) run in tree/searchfile.py's one search worker thread, one at a time, so the
+event loop never indexes or embeds (issue 25).  What one tool costs is bounded
+(FIELD_CHARS, SEMANTIC_CHARS), so no single call holds the interpreter long.
 """
 from __future__ import annotations
 
@@ -45,6 +48,14 @@ K1, B = 1.2, 0.75
 FIELDS = (("name", 3.0), ("keywords", 3.0), ("description", 2.0), ("args", 1.0),
           ("prompt", 0.5))
 LEXICAL_WEIGHT, SEMANTIC_WEIGHT = 0.6, 0.4
+# Bounds on what one tool costs to index, whatever its .meta holds (metafile.py refuses
+# prose fields past 64 KiB; args descriptions are bounded only by the file's 1 MiB): the
+# characters of each field's text that BM25 reads, and of the text the model embeds (it
+# pads a batch to its longest text and does not truncate; an average of 2 KiB of words is
+# as good as the whole).  EMBED_BATCH texts per model call.
+FIELD_CHARS = 64 << 10
+SEMANTIC_CHARS = 2048
+EMBED_BATCH = 64
 LEXICAL_NOTICE = ("# search is lexical only: the semantic ranker is not installed "
                   "(pip install 'toolsrv[search]')")
 
@@ -128,9 +139,10 @@ def arg_text(schema: Any, depth: int = 0) -> str:
 
 def tool_fields(tool: Any) -> dict[str, str]:
     """The text of each ranked field of a Tool."""
-    return {"name": tool.name, "keywords": " ; ".join(tool.keywords),
-            "description": tool.description, "args": arg_text(tool.schema),
-            "prompt": tool.prompt}
+    fields = {"name": tool.name, "keywords": " ; ".join(tool.keywords),
+              "description": tool.description, "args": arg_text(tool.schema),
+              "prompt": tool.prompt}
+    return {k: v[:FIELD_CHARS] for k, v in fields.items()}
 
 
 def semantic_text(tool: Any) -> str:
@@ -138,9 +150,10 @@ def semantic_text(tool: Any) -> str:
     keywords and argument names (the prompt's prose would drown them)."""
     name = " ".join(_WORD.findall(tool.name))
     args = tool.schema.get("properties") if isinstance(tool.schema, dict) else None
-    argnames = " ".join(" ".join(_WORD.findall(str(k))) for k in args) \
+    argnames = " ".join(" ".join(_WORD.findall(str(k)[:100])) for k in list(args)[:64]) \
         if isinstance(args, dict) else ""
-    return f"{name}. {tool.description} {'; '.join(tool.keywords)}. {argnames}"
+    text = f"{name}. {tool.description[:SEMANTIC_CHARS]} {'; '.join(tool.keywords)}. {argnames}"
+    return text[:SEMANTIC_CHARS]
 
 
 class SearchIndex:
@@ -189,24 +202,29 @@ class SearchIndex:
     def __len__(self) -> int:
         return len(self._slot)
 
-    def sync(self) -> int:
-        """Index what moved since the last search (everything, the first time); the number
-        of names re-indexed."""
+    def pending(self) -> list[tuple[str, Any]]:
+        """What moved since the last call (every tool, the first time), as (name, Tool or
+        None: gone).  Cheap (dict look-ups): call it on the registry's thread, then give
+        the list to `apply` anywhere (tree/searchfile.py: the search worker thread)."""
+        if not self._built:
+            self._built = True
+            names: Iterable[str] = list(self.registry.tools)
+        else:
+            names, self._dirty = self._dirty, set()
+        get = self.registry.get
+        return [(name, get(name)) for name in names]
+
+    def apply(self, moved: Iterable[tuple[str, Any]]) -> int:
+        """Index the (name, Tool or None) pairs of `pending`: postings and embeddings; the
+        number of names re-indexed.  Calls of apply and search must not overlap."""
         if self._np is None and self._want_numpy:
             try:
                 import numpy
                 self._np = numpy
             except ImportError:
                 self._want_numpy = False
-        if not self._built:
-            self._built = True
-            names: Iterable[str] = list(self.registry.tools)
-        else:
-            names, self._dirty = self._dirty, set()
         n = 0
-        get = self.registry.get
-        for name in names:
-            tool = get(name)
+        for name, tool in moved:
             slot = self._slot.get(name)
             if slot is not None and tool is not None and self._tools[slot] is tool:
                 continue
@@ -217,6 +235,10 @@ class SearchIndex:
             n += 1
         self._embed_pending()
         return n
+
+    def sync(self) -> int:
+        """`apply(pending())`, on the caller's thread (the bench, the tests)."""
+        return self.apply(self.pending())
 
     def _add(self, name: str, tool: Any) -> None:
         slot = self._free.pop() if self._free else len(self._tools)
@@ -287,8 +309,8 @@ class SearchIndex:
         dead = [s for s in slots if self._tools[s] is None]
         if dead:
             self._vec[dead] = 0.0
-        for i in range(0, len(live), 512):
-            chunk = live[i:i + 512]
+        for i in range(0, len(live), EMBED_BATCH):
+            chunk = live[i:i + EMBED_BATCH]
             self._vec[chunk] = sem.embed([semantic_text(self._tools[s]) for s in chunk])
 
     # --- searching ------------------------------------------------------------------
@@ -297,9 +319,14 @@ class SearchIndex:
         """"hybrid" when the semantic ranker is in use, else "lexical"."""
         return "hybrid" if self.semantic is not None and self.semantic.ready else "lexical"
 
-    def search(self, need: str, limit: int = LIMIT_DEFAULT) -> list[tuple[str, float, str]]:
-        """The best `limit` tools for `need`: (name, score, description), best first."""
-        self.sync()
+    def search(self, need: str, limit: int = LIMIT_DEFAULT,
+               moved: Iterable[tuple[str, Any]] | None = None) -> list[tuple[str, float, str]]:
+        """The best `limit` tools for `need`: (name, score, description), best first;
+        `moved` (from `pending`) is applied first, else the index syncs itself."""
+        if moved is None:
+            self.sync()
+        else:
+            self.apply(moved)
         if not self._slot:
             return []
         terms = words(need)
