@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from ..errors import P9Error
+from .fusion import fuse
 
 NEED_MAX = 4096         # bytes of one need
 LIMIT_DEFAULT = 10
@@ -47,15 +49,16 @@ K1, B = 1.2, 0.75
 # Field weights of the lexical ranker: keywords are the discovery vocabulary.
 FIELDS = (("name", 3.0), ("keywords", 3.0), ("description", 2.0), ("args", 1.0),
           ("prompt", 0.5))
-LEXICAL_WEIGHT, SEMANTIC_WEIGHT = 0.6, 0.4
 # Bounds on what one tool costs to index, whatever its .meta holds (metafile.py refuses
 # prose fields past 64 KiB; args descriptions are bounded only by the file's 1 MiB): the
 # characters of each field's text that BM25 reads, and of the text the model embeds (it
 # pads a batch to its longest text and does not truncate; an average of 2 KiB of words is
 # as good as the whole).  EMBED_BATCH texts per model call.
 FIELD_CHARS = 64 << 10
+SEMANTIC_FIELDS = ("name", "description", "keywords", "argnames")
 SEMANTIC_CHARS = 2048
-EMBED_BATCH = 64
+EMBED_BATCH = 16
+WORDS_CHUNK = 4096      # characters per regex call when splitting a long text into words
 LEXICAL_NOTICE = ("# search is lexical only: the semantic ranker is not installed "
                   "(pip install 'toolsrv[search]')")
 
@@ -116,8 +119,18 @@ def stem(w: str) -> str:
 
 def words(text: str) -> list[str]:
     """The searchable words of `text`: identifiers split at `_ . -` and case changes,
-    lower-cased, stop words dropped, stemmed."""
-    return [stem(w) for m in _WORD.findall(text) if (w := m.lower()) not in _STOP]
+    lower-cased, stop words dropped, stemmed.  A long text is split in pieces of about
+    WORDS_CHUNK characters (at a space), so no one regex call holds the interpreter long."""
+    if len(text) <= WORDS_CHUNK:
+        return [stem(w) for m in _WORD.findall(text) if (w := m.lower()) not in _STOP]
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        j = text.find(" ", i + WORDS_CHUNK) if i + WORDS_CHUNK < len(text) else -1
+        j = len(text) if j < 0 else j
+        out += [stem(w) for m in _WORD.findall(text, i, j) if (w := m.lower()) not in _STOP]
+        i = j
+    return out
 
 
 def arg_text(schema: Any, depth: int = 0) -> str:
@@ -145,15 +158,29 @@ def tool_fields(tool: Any) -> dict[str, str]:
     return {k: v[:FIELD_CHARS] for k, v in fields.items()}
 
 
-def semantic_text(tool: Any) -> str:
-    """What the semantic ranker embeds for a tool: its name's words, description,
-    keywords and argument names (the prompt's prose would drown them)."""
-    name = " ".join(_WORD.findall(tool.name))
-    args = tool.schema.get("properties") if isinstance(tool.schema, dict) else None
-    argnames = " ".join(" ".join(_WORD.findall(str(k)[:100])) for k in list(args)[:64]) \
-        if isinstance(args, dict) else ""
-    text = f"{name}. {tool.description[:SEMANTIC_CHARS]} {'; '.join(tool.keywords)}. {argnames}"
-    return text[:SEMANTIC_CHARS]
+def semantic_text(tool: Any, fields: Iterable[str] = ("name", "description", "keywords",
+                                                      "argnames")) -> str:
+    """What the semantic ranker embeds for a tool (SEMANTIC_FIELDS: its name's words,
+    description, keywords and argument names; "args" for argument names and their
+    descriptions, "prompt" for the prompt), at most SEMANTIC_CHARS."""
+    parts = []
+    for f in fields:
+        if f == "name":
+            parts.append(" ".join(_WORD.findall(tool.name)) + ".")
+        elif f == "description":
+            parts.append(tool.description[:SEMANTIC_CHARS])
+        elif f == "keywords":
+            parts.append("; ".join(tool.keywords)[:SEMANTIC_CHARS] + ".")
+        elif f == "argnames":
+            args = tool.schema.get("properties") if isinstance(tool.schema, dict) else None
+            if isinstance(args, dict):
+                parts.append(" ".join(" ".join(_WORD.findall(str(k)[:100]))
+                                      for k in list(args)[:64]))
+        elif f == "args":
+            parts.append(arg_text(tool.schema)[:SEMANTIC_CHARS])
+        elif f == "prompt":
+            parts.append(tool.prompt[:SEMANTIC_CHARS])
+    return " ".join(p for p in parts if p.strip(" .;"))[:SEMANTIC_CHARS]
 
 
 class SearchIndex:
@@ -161,12 +188,14 @@ class SearchIndex:
 
     def __init__(self, registry: Any, *, semantic: Any = None, use_numpy: bool = True,
                  fields: Iterable[tuple[str, float]] = FIELDS,
-                 weights: tuple[float, float] = (LEXICAL_WEIGHT, SEMANTIC_WEIGHT)) -> None:
+                 fusion: tuple[str, float, float] | None = None,
+                 semantic_fields: Iterable[str] = SEMANTIC_FIELDS) -> None:
         """`semantic`: a semantic.Semantic (loaded on the first search), False for lexical
         only, None to make the default one."""
         self.registry = registry
         self.fields = tuple(fields)
-        self.weights = weights
+        self.fusion = fusion                         # None: fusion.FUSION
+        self.semantic_fields = tuple(semantic_fields)
         if semantic is None:
             from .semantic import Semantic
             semantic = Semantic()
@@ -225,6 +254,8 @@ class SearchIndex:
                 self._want_numpy = False
         n = 0
         for name, tool in moved:
+            if n % 64 == 63:
+                time.sleep(0)     # let the event loop's thread in (a long first build)
             slot = self._slot.get(name)
             if slot is not None and tool is not None and self._tools[slot] is tool:
                 continue
@@ -311,7 +342,10 @@ class SearchIndex:
             self._vec[dead] = 0.0
         for i in range(0, len(live), EMBED_BATCH):
             chunk = live[i:i + EMBED_BATCH]
-            self._vec[chunk] = sem.embed([semantic_text(self._tools[s]) for s in chunk])
+            if i:
+                time.sleep(0)
+            self._vec[chunk] = sem.embed([semantic_text(self._tools[s], self.semantic_fields)
+                                        for s in chunk])
 
     # --- searching ------------------------------------------------------------------
 
@@ -374,11 +408,18 @@ class SearchIndex:
         top = max(lex.values()) if lex else 0.0
         return {s: v / top for s, v in lex.items()} if top > 0 else {}
 
-    def _scores_np(self, np: Any, terms: list[str], need: str) -> Any:
-        """The fused score of every slot (0 for a free one), as one array: BM25 scaled by
-        this query's best, plus the cosine above this query's mean cosine, scaled so
-        that the best reaches the semantic weight.  Each term's BM25 weights are kept (per-term
-arrays), so a query adds a few arrays; they are made again only after a change."""
+    def components(self, need: str) -> tuple[Any, Any, Any]:
+        """(BM25 of every slot, cosines of every slot or None, the mask of slots holding a
+        tool) for `need`, as numpy arrays: the rankers before fusion (the bench's view).
+        Call after `sync`, with numpy."""
+        np = self._np
+        lex = self._lexical_np(np, words(need))
+        return lex, self._semantic(need), self._alive
+
+    def _lexical_np(self, np: Any, terms: list[str]) -> Any:
+        """BM25 of every slot (0 for a free one).  Each term's BM25 weights are kept
+        (per-term arrays), so a query adds a few arrays; they are made again only after
+        a change."""
         cap = len(self._tools)
         if self._dl_arr is None:
             self._dl_arr = np.asarray(self._dl, dtype=np.float64)
@@ -394,20 +435,16 @@ arrays), so a query adds a few arrays; they are made again only after a change."
                     continue
                 arr = self._arrays[t] = self._weights_np(np, p, key)
             acc[arr[0]] += arr[1]
-        top = float(acc.max())
+        return acc
+
+    def _scores_np(self, np: Any, terms: list[str], need: str) -> Any:
+        """The fused score of every slot (0 for a free one), as one array (fusion.py)."""
+        acc = self._lexical_np(np, terms)
         sem = self._semantic(need)
         if sem is None:
+            top = float(acc.max())
             return acc / top if top > 0 else acc
-        wl, ws = self.weights
-        fused = acc * (wl / top) if top > 0 else acc
-        whole = self._free == []
-        vals = sem if whole else sem[self._alive]
-        floor, peak = float(vals.mean()), float(vals.max())
-        if peak > floor:
-            fused += np.maximum(sem - floor, 0.0) * (ws / (peak - floor))
-        if not whole:
-            fused[~self._alive] = 0.0
-        return fused
+        return fuse(np, acc, sem, None if self._free == [] else self._alive, self.fusion)
 
     def _weights_np(self, np: Any, p: dict[int, float], key: tuple[int, float]) -> Any:
         """(slots, BM25 weight of the term in each) for one term's postings, and the
