@@ -17,9 +17,9 @@ Two rankers, fused:
             model shipped inside a PyPI wheel, the `search` extra), loaded on the first
             search, never at start-up.  Without the extra, or if it fails to load, search
             is lexical and says so once (`notice`).
-Fusion: each ranker's scores are scaled to [0, 1] by the best score of this query (the
-semantic ones from the query's floor, the mean cosine), and added with weights tuned on
-public tool-retrieval sets (doc/search.md).  Scores are the fused value, printed with three
+Fusion (fusion.py, FUSION): each ranker's scores put on a per-query scale and weighed, the
+method and weight chosen on a development split of public tool-retrieval sets
+(bench/search_fusion.py, doc/search.md).  Scores are the fused value, printed with three
 decimals; ties break by name, so the order is deterministic.
 
 With numpy importable the scoring loops run as array operations (each term's BM25 weights
