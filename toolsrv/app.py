@@ -378,6 +378,8 @@ class App:
         if self.runner is not None:
             await self.runner.close()
         await self.registry.close()
+        if self.searcher is not None:
+            self.searcher.close()
         await self.store.stop_writer()
         self.store.save()
         self._unlock()

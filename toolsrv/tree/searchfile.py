@@ -37,6 +37,10 @@ class Searcher:
         self.index = index
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolsrv-search")
 
+    def close(self) -> None:
+        """The server stops: a search still running finishes in its thread, none starts."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
     def answer(self, aux: dict, data: bytes, final: bool = False
                ) -> tuple[str, Awaitable[bytes] | None]:
         """(the need, an awaitable of the answer to one write); raises P9Error for a need
@@ -94,8 +98,8 @@ class SearchFile(Node):
         return len(data)
 
     def _take(self, fid: Any, got: Any, end: int) -> None:
-        """Keep the answer on the fid, now or when the first search has it (a read that
-        comes meanwhile, pipelined, waits for it)."""
+        """Keep the answer on the fid when the search has it (a read that comes
+        meanwhile, pipelined, waits for it)."""
         if isinstance(got, bytes):
             fid.aux["search"] = got
             answered(fid, end)
