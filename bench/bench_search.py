@@ -32,7 +32,7 @@ workplace keeps them (doc/search.md).  Without them those rows say so and the re
 "queries": [{"query", "relevant"}]}).
 
     python bench/bench_search.py [--apibench DIR] [--bfcl DIR] [--sets FILE...] [--quick]
-                                 [--json FILE]
+                                 [--only quality|scale] [--json FILE]
 """
 from __future__ import annotations
 
@@ -264,6 +264,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("-n", type=int, default=10000, help="tools in the scale figures")
     ap.add_argument("--sets", nargs="*", default=[], metavar="FILE",
                     help="more converted sets, each JSON in search_sample.json's form")
+    ap.add_argument("--only", choices=("quality", "scale"),
+                    help="only the ranking figures, or only the costs")
     opts = ap.parse_args(argv)
     from toolsrv.registry.semantic import _numpy_one_thread
     _numpy_one_thread()             # numpy as the server has it (before rank-bm25 loads it)
@@ -271,8 +273,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
     sem = Semantic()
     sem.load()
     rows: list[dict] = []
-    sample = json.loads(SAMPLE.read_text())
-    rows += quality_rows("own sample", sample, sem)
+    if opts.only != "scale":
+        rows += all_quality_rows(opts, sem)
+    if opts.only != "quality":
+        rows += keyword_rows()
+        rows += scale_rows(opts.n, 40 if opts.quick else 200)
+    finish(rows, opts)
+    return rows
+
+
+def all_quality_rows(opts: Any, sem: Any) -> list[dict]:
+    rows = quality_rows("own sample", json.loads(SAMPLE.read_text()), sem)
     sets = public_sets(Path(opts.apibench) if opts.apibench else None,
                        Path(opts.bfcl) if opts.bfcl else None)
     for label, data in sets:
@@ -286,9 +297,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
         rows += quality_rows(label, data, sem)
     for f in opts.sets:
         rows += quality_rows(Path(f).stem, json.loads(Path(f).read_text()), sem)
-    rows += keyword_rows()
-    rows += scale_rows(opts.n, 40 if opts.quick else 200)
-    finish(rows, opts)
     return rows
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable
 
@@ -35,7 +36,8 @@ class Searcher:
 
     def __init__(self, index: SearchIndex) -> None:
         self.index = index
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolsrv-search")
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolsrv-search",
+                                        initializer=_share_the_interpreter)
 
     def close(self) -> None:
         """The server stops: a search still running finishes in its thread, none starts."""
@@ -80,6 +82,17 @@ class Searcher:
             log.exception("search: loading the semantic model failed")
         hits = self.index.search(need, limit, moved)
         return answer_text(hits, self.index.notice())
+
+
+SWITCH_INTERVAL = 0.0005    # s: how long the search thread may keep the interpreter
+
+
+def _share_the_interpreter() -> None:
+    """Once the search thread exists, the event loop's thread gets the interpreter back
+    within SWITCH_INTERVAL of asking (CPython's default is 5 ms, and a 9P request asks for
+    it after each of its several system calls); an interval never lengthened."""
+    if sys.getswitchinterval() > SWITCH_INTERVAL:
+        sys.setswitchinterval(SWITCH_INTERVAL)
 
 
 class SearchFile(Node):
