@@ -1,16 +1,18 @@
-"""Discovery (`tools/search`, issue 18): ranking quality against BM25, and its costs.
+"""Discovery (`tools/search`, issues 18 and 32): ranking quality against BM25, and its costs.
 
 Figures, each beside its baseline measured in the same run:
-  recall@5, MRR  per data set: Gorilla's APIBench (TorchHub, TensorFlow Hub, HuggingFace;
-                 Apache-2.0), its eval queries against its API docs converted to `.meta`
-                 tools (name, description; keywords = domain and functionality; args = the
-                 API's arguments), ranked by toolsrv's SearchIndex, the code tools/search
-                 serves, against rank-bm25's BM25Okapi over name + description of the same
-                 tools, for the same queries: goal recall@5 >= 1.5x.  Also with the tools
-                 stripped to name + description (exactly the baseline's text), and lexical
-                 only (without the search extra).
-                 With APIBench also recall@5 where any tool of the target's very description
-                 counts (APIBench lists one API per model variant, often with one text).
+  recall@5, MRR  per public set (searchsets.py: Gorilla's APIBench TorchHub, TensorFlow
+                 Hub, HuggingFace; BFCL v4's four files as one pool; both Apache-2.0),
+                 converted to `.meta` tools and ranked by toolsrv's SearchIndex, the code
+                 tools/search serves, in three columns: the fusion tools/search ships,
+                 BM25 alone (toolsrv's lexical ranker: search without the extra) and the
+                 embedding alone; each against rank-bm25's BM25Okapi over name +
+                 description of the same tools, for the same queries: goal recall@5 >=
+                 1.5x.  Then the held-out split (the queries bench/search_fusion.py did not
+                 choose the fusion on): the fusion against the better single ranker, goal
+                 at least its recall@5 less 0.01.  With APIBench also recall@5 where any
+                 tool of the target's very description counts (one API per model variant,
+                 often with one text).
   own sample     bench/data/search_sample.json (written for this project): the same.
   keywords       a need whose words appear only in one tool's keywords: its rank (target 1).
   10,000 tools   search latency over bench_registry's generated 10,000 tools, median,
@@ -20,15 +22,17 @@ Figures, each beside its baseline measured in the same run:
                  re-index of it (sync): target <= 5 ms; baseline rank-bm25's rebuild.
   RSS            of a `toolsrv serve` over the 10,000 tools: idle, and after the first search.
 
-The APIBench files are not shipped (this repository keeps no copy of fetched data): give
-`--apibench DIR`, a directory holding gorilla's data/api/*_api.jsonl and
-data/apibench/*_eval.json (github.com/ShishirPatil/gorilla), or set $TOOLSRV_APIBENCH;
-by default ../shared/data/apibench beside the project, where this workplace keeps them
-(fetched data may be kept only there, not committed: doc/search.md).
-Without them those rows say so and the rest runs.  `--sets FILE...` adds sets already
-converted to search_sample.json's form ({"tools": [...], "queries": [{"query", "relevant"}]}).
+The public files are not shipped (this repository keeps no copy of fetched data):
+`--apibench DIR` (gorilla's data/api/*_api.jsonl and data/apibench/*_eval.json,
+github.com/ShishirPatil/gorilla, or $TOOLSRV_APIBENCH) and `--bfcl DIR` (gorilla's
+berkeley-function-call-leaderboard/bfcl_eval/data: BFCL_v4_*.json and possible_answer/,
+or $TOOLSRV_BFCL); by default ../shared/data/{apibench,bfcl} beside the project, where this
+workplace keeps them (doc/search.md).  Without them those rows say so and the rest runs.
+`--sets FILE...` adds sets already converted to search_sample.json's form ({"tools": [...],
+"queries": [{"query", "relevant"}]}).
 
-    python bench/bench_search.py [--apibench DIR] [--sets FILE...] [--quick] [--json FILE]
+    python bench/bench_search.py [--apibench DIR] [--bfcl DIR] [--sets FILE...] [--quick]
+                                 [--only quality|scale] [--json FILE]
 """
 from __future__ import annotations
 
@@ -51,78 +55,10 @@ from toolsrv.registry.registry import Registry  # noqa: E402
 from toolsrv.registry.search import SearchIndex  # noqa: E402
 
 from .common import REPO, finish, lat, one, parser, row  # noqa: E402
+from .searchsets import SHARED, public_sets, write_tools  # noqa: E402
 
 B = "search"
 SAMPLE = REPO / "bench" / "data" / "search_sample.json"
-SETS = (("torchhub", "torchhub_api.jsonl", "torchhub_eval.json"),
-        ("tensorflowhub", "tensorflowhub_api.jsonl", "tensorflow_eval.json"),
-        ("huggingface", "huggingface_api.jsonl", "huggingface_eval.json"))
-_BAD = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def _call_key(call: str) -> str:
-    return " ".join(str(call).split())
-
-
-def apibench(root: Path, apis: str, evals: str) -> dict[str, Any] | None:
-    """One APIBench set as {"tools": [...], "queries": [{"query", "relevant"}]}, or None."""
-    api_path, eval_path = root / "data" / "api" / apis, root / "data" / "apibench" / evals
-    if not api_path.exists() or not eval_path.exists():
-        return None
-    tools: list[dict[str, Any]] = []
-    by_call: dict[str, str] = {}
-    used: set[str] = set()
-    for line in api_path.read_text().splitlines():
-        if not line.strip():
-            continue
-        d = json.loads(line)
-        key = _call_key(d.get("api_call", ""))
-        if not key or key in by_call:
-            continue
-        base = _BAD.sub("_", str(d.get("api_name") or "api")).strip("._-")[:100] or "api"
-        name, i = base, 1
-        while name in used:
-            i += 1
-            name = f"{base}_{i}"
-        used.add(name)
-        by_call[key] = name
-        args = d.get("api_arguments")
-        names = list(args) if isinstance(args, (dict, list)) else []
-        props = {_BAD.sub("_", str(a))[:60] or "arg": {"type": "string"} for a in names
-                 if isinstance(a, str)}
-        tools.append({"name": name, "description": str(d.get("description") or ""),
-                      "keywords": [str(d.get("domain") or ""), str(d.get("functionality") or "")],
-                      "args": {"type": "object", "properties": props}})
-    desc = {t["name"]: " ".join(t["description"].split()) for t in tools}
-    same: dict[str, list[str]] = {}
-    for n, text in desc.items():
-        same.setdefault(text, []).append(n)
-    queries = []
-    for line in eval_path.read_text().splitlines():
-        if not line.strip():
-            continue
-        d = json.loads(line)
-        target = by_call.get(_call_key(d.get("api_call", "")))
-        m = re.search(r"(?:###Instruction:|'Instruction':)(.*?)(?:###Output|, 'Output'|$)",
-                      d.get("code", ""), re.S)
-        if target and m and m.group(1).strip():
-            queries.append({"query": " ".join(m.group(1).split()), "relevant": [target],
-                            "siblings": same[desc[target]]})
-    return {"tools": tools, "queries": queries}
-
-
-def write_tools(tools: list[dict[str, Any]], fields: str = "all") -> str:
-    """A tools directory of `.meta` files (cmd `cat`) for the set; `fields` "all" or
-    "plain" (name + description only, the baseline's text)."""
-    d = tempfile.mkdtemp(prefix="bench-search.", dir="/tmp")
-    for t in tools:
-        meta: dict[str, Any] = {"description": t["description"], "cmd": "cat"}
-        if fields == "all":
-            for k in ("keywords", "args", "prompt"):
-                if t.get(k):
-                    meta[k] = t[k]
-        Path(d, t["name"] + ".meta").write_text(json.dumps(meta))
-    return d
 
 
 def _tok(s: str) -> list[str]:
@@ -165,30 +101,47 @@ def rank_bm25(tools: list[dict[str, Any]], queries: list[dict[str, Any]]) -> lis
     return out
 
 
-def quality_rows(label: str, data: dict[str, Any]) -> list[dict]:
+def quality_rows(label: str, data: dict[str, Any], semantic: Any) -> list[dict]:
+    """Per set, all queries: the fusion tools/search ships, BM25 alone (toolsrv's lexical
+    ranker: what search is without the extra) and the embedding alone, recall@5 and MRR,
+    each beside rank-bm25 over name + description; then the held-out split (the queries
+    search_fusion.py did not choose the fusion on): the fusion beside the better single
+    ranker."""
+    from toolsrv.registry.fusion import FUSION
+
+    from .search_fusion import SINGLES, Scored
     tools, queries = data["tools"], data["queries"]
     base = rank_bm25(tools, queries)
     base_r, base_m = metrics(base, queries)
+    sc = Scored(data, semantic)
+    n = f"{label} ({len(tools)} tools, {len(queries)} queries)"
     out = []
-    for fields, semantic, what in (("all", None, "tools/search"),
-                                   ("plain", None, "tools/search, name + description only"),
-                                   ("all", False, "tools/search, lexical only")):
-        d = write_tools(tools, fields)
-        ranked = rank_ours(d, queries, semantic)
-        r, m = metrics(ranked, queries)
-        n = f"{label} ({len(tools)} tools, {len(queries)} queries)"
+    for how, what in ((FUSION, "fusion (tools/search)"), (SINGLES[0], "BM25 alone"),
+                      (SINGLES[1], "embedding alone")):
+        r, m, _ = sc.metrics(how)
+        fused = how is FUSION
         out.append(row(B, f"recall@5, {n}, {what}", "", one(r), "BM25Okapi name+descr",
-                       one(base_r), ">= 1.5x baseline" if what == "tools/search" else
-                       "informative", r >= 1.5 * base_r if what == "tools/search" else None))
+                       one(base_r), ">= 1.5x baseline" if fused else "informative",
+                       r >= 1.5 * base_r if fused else None))
         out.append(row(B, f"MRR, {n}, {what}", "", one(m), "BM25Okapi name+descr",
                        one(base_m), "informative"))
-        if what == "tools/search" and queries and "siblings" in queries[0]:
-            r2, _ = metrics(ranked, queries, "siblings")
-            b2, _ = metrics(base, queries, "siblings")
-            out.append(row(B, f"recall@5, {n}, {what}, a tool of the same description counts",
-                           "", one(r2), "BM25Okapi name+descr", one(b2), "informative",
-                           note="APIBench lists one API per model variant, many with the "
-                           "very same description; here any of them counts"))
+    if "siblings" in queries[0]:
+        ranked = rank_ours(write_tools(tools), queries, semantic)
+        r2, _ = metrics(ranked, queries, "siblings")
+        b2, _ = metrics(base, queries, "siblings")
+        out.append(row(B, f"recall@5, {n}, tools/search, a tool of the same description "
+                       "counts", "", one(r2), "BM25Okapi name+descr", one(b2), "informative",
+                       note="APIBench lists one API per model variant, many with the very "
+                       "same description; here any of them counts"))
+    r, m, q = sc.metrics(FUSION, 1)
+    singles = [sc.metrics(h, 1) for h in SINGLES]
+    best = max(singles, key=lambda x: x[0])
+    which = SINGLES[singles.index(best)][0]
+    out.append(row(B, f"recall@5, {label}, held-out split ({q} queries), fusion", "", one(r),
+                   f"better single ranker ({which})", one(best[0]),
+                   ">= baseline - 0.01", r >= best[0] - 0.01))
+    out.append(row(B, f"MRR, {label}, held-out split ({q} queries), fusion", "", one(m),
+                   f"{which} alone", one(best[1]), "informative"))
     return out
 
 
@@ -303,34 +256,47 @@ def rss_rows(tools_dir: str, n: int, samples: int) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = parser(__doc__)
-    shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "apibench"
     ap.add_argument("--apibench", default=os.environ.get("TOOLSRV_APIBENCH") or
-                    (str(shared) if shared.is_dir() else None),
+                    str(SHARED / "apibench"),
                     help="directory with gorilla's data/api and data/apibench files")
+    ap.add_argument("--bfcl", default=os.environ.get("TOOLSRV_BFCL") or str(SHARED / "bfcl"),
+                    help="directory with BFCL v4's question files and possible_answer/")
     ap.add_argument("-n", type=int, default=10000, help="tools in the scale figures")
     ap.add_argument("--sets", nargs="*", default=[], metavar="FILE",
                     help="more converted sets, each JSON in search_sample.json's form")
+    ap.add_argument("--only", choices=("quality", "scale"),
+                    help="only the ranking figures, or only the costs")
     opts = ap.parse_args(argv)
     from toolsrv.registry.semantic import _numpy_one_thread
     _numpy_one_thread()             # numpy as the server has it (before rank-bm25 loads it)
+    from toolsrv.registry.semantic import Semantic
+    sem = Semantic()
+    sem.load()
     rows: list[dict] = []
-    sample = json.loads(SAMPLE.read_text())
-    rows += quality_rows("own sample", sample)
-    root = Path(opts.apibench) if opts.apibench else None
-    for label, apis, evals in SETS:
-        data = apibench(root, apis, evals) if root else None
+    if opts.only != "scale":
+        rows += all_quality_rows(opts, sem)
+    if opts.only != "quality":
+        rows += keyword_rows()
+        rows += scale_rows(opts.n, 40 if opts.quick else 200)
+    finish(rows, opts)
+    return rows
+
+
+def all_quality_rows(opts: Any, sem: Any) -> list[dict]:
+    rows = quality_rows("own sample", json.loads(SAMPLE.read_text()), sem)
+    sets = public_sets(Path(opts.apibench) if opts.apibench else None,
+                       Path(opts.bfcl) if opts.bfcl else None)
+    for label, data in sets:
         if data is None:
-            rows.append(row(B, f"recall@5, APIBench {label}", "", None, target="skipped",
-                            note="give --apibench DIR (see the header)"))
+            rows.append(row(B, f"recall@5, {label}", "", None, target="skipped",
+                            note="its files are missing: give --apibench/--bfcl DIR "
+                            "(bench/searchsets.py says where to get them)"))
             continue
         if opts.quick:
             data["queries"] = data["queries"][:60]
-        rows += quality_rows(f"APIBench {label}", data)
+        rows += quality_rows(label, data, sem)
     for f in opts.sets:
-        rows += quality_rows(Path(f).stem, json.loads(Path(f).read_text()))
-    rows += keyword_rows()
-    rows += scale_rows(opts.n, 40 if opts.quick else 200)
-    finish(rows, opts)
+        rows += quality_rows(Path(f).stem, json.loads(Path(f).read_text()), sem)
     return rows
 
 

@@ -400,6 +400,8 @@ class App:
         if self.runner is not None:
             await self.runner.close()
         await self.registry.close()
+        if self.searcher is not None:
+            self.searcher.close()
         await self.store.stop_writer()
         if not self.store.save():
             self.stop_error = (f"state not saved at stop: {self.store.save_error} "

@@ -282,3 +282,24 @@ def test_the_mcp_hint_fields_are_checked(field, value, why):
     with pytest.raises(metafile.MetaError) as e:
         parse_meta(meta(**{field: value}))
     assert why in str(e.value)
+
+
+@pytest.mark.parametrize("field", ["description", "prompt"])
+def test_prose_is_at_most_64_kib_of_utf8(field):
+    limit = metafile.MAX_TEXT_BYTES
+    assert parse_meta(json.dumps({field: "a" * limit}).encode()).fields[field] == "a" * limit
+    with pytest.raises(MetaError, match=rf"^{field}: too long: {limit + 1} bytes, at most "
+                       rf"{limit} \(64 KiB\)"):
+        parse_meta(json.dumps({field: "a" * (limit + 1)}).encode())
+    # bytes, not characters: 3 bytes each
+    with pytest.raises(MetaError, match=rf"^{field}: too long: {3 * (limit // 2)} bytes"):
+        parse_meta(json.dumps({field: "\u20ac" * (limit // 2)}).encode())
+    with pytest.raises(MetaError, match=rf"^variants\[0\]\.{field}: too long"):
+        parse_meta(json.dumps({"variants": [{field: "a" * (limit + 1)}]}).encode())
+
+
+def test_keywords_are_at_most_64_kib_in_all():
+    limit = metafile.MAX_TEXT_BYTES
+    parse_meta(json.dumps({"keywords": ["a" * (limit // 2)] * 2}).encode())
+    with pytest.raises(MetaError, match=rf"^keywords: too long: {limit + 1} bytes in all"):
+        parse_meta(json.dumps({"keywords": ["a" * (limit // 2)] * 2 + ["b"]}).encode())

@@ -3,10 +3,12 @@
 
 Theory of operation.  `parse_meta` decodes the bytes (UTF-8, at most 1 MiB), parses JSON,
 and checks every known field's type; fields it does not know are kept in `extra`, never
-rejected.  `variants` are checked the same way, each with its `match` conditions.  No
-file system or environment is consulted here: whether a variant holds or a command exists
-is decided later (variants.py, resolve.py), so a parsed file can be cached by its stat key
-and re-evaluated cheaply when the host changes.
+rejected.  The prose fields (description, prompt, keywords in all) are at most 64 KiB each:
+past that a file is refused, since search indexes them (issue 25).  `variants` are checked
+the same way, each with its `match` conditions.  No file system or environment is
+consulted here: whether a variant holds or a command exists is decided later (variants.py,
+resolve.py), so a parsed file can be cached by its stat key and re-evaluated cheaply when
+the host changes.
 
 Every failure is a `MetaError` whose text is a reason a person can act on, prefixed with
 where it is: `line 3 column 5: Expecting ',' delimiter`, `tier: must be one of hot, warm,
@@ -35,6 +37,9 @@ from typing import Any
 from ..record import Frozen, Record, setfield
 
 MAX_META_BYTES = 1 << 20
+# The prose fields a person or a model reads (and search indexes): past this, a .meta is
+# refused (tools/errors), so nothing a tool's author writes makes indexing costly.
+MAX_TEXT_BYTES = 64 << 10
 TIERS = ("hot", "warm", "cold")
 MATCH_KEYS = ("binary", "file", "os", "arch", "env", "nenv")
 # Go's GOOS and GOARCH values (`go tool dist list`), so typos fail loudly.
@@ -117,6 +122,25 @@ def _string(v: Any, where: str) -> str:
     if not isinstance(v, str):
         raise MetaError(f"{where}: must be a string, not {json_kind(v)}")
     return v
+
+
+def _text(v: Any, where: str) -> str:
+    """description, prompt: a string of at most MAX_TEXT_BYTES (UTF-8)."""
+    _string(v, where)
+    if len(v) > MAX_TEXT_BYTES // 4 and len(v.encode("utf-8", "surrogatepass")) > MAX_TEXT_BYTES:
+        raise MetaError(f"{where}: too long: {len(v.encode('utf-8', 'surrogatepass'))} bytes, "
+                        f"at most {MAX_TEXT_BYTES} (64 KiB); shorten it")
+    return v
+
+
+def _keywords(v: Any, where: str) -> tuple[str, ...]:
+    """keywords: strings of at most MAX_TEXT_BYTES (UTF-8) in all."""
+    words = _strings(v, where)
+    size = sum(len(w.encode("utf-8", "surrogatepass")) for w in words)
+    if size > MAX_TEXT_BYTES:
+        raise MetaError(f"{where}: too long: {size} bytes in all, at most {MAX_TEXT_BYTES} "
+                        "(64 KiB); keep the discovery words")
+    return words
 
 
 def _boolean(v: Any, where: str) -> bool:
@@ -222,7 +246,7 @@ def _lsp(v: dict[str, Any], where: str, out: dict[str, Any]) -> dict[str, Any]:
 
 
 _CHECKERS: dict[str, Callable[[Any, str], Any]] = {
-    "description": _string, "prompt": _string, "keywords": _strings, "args": _args,
+    "description": _text, "prompt": _text, "keywords": _keywords, "args": _args,
     "tier": _tier, "cmd": _cmd, "scope": _string, "outputFormat": _string,
     "resetsCounter": _boolean, "readOnly": _boolean, "resident": _resident,
     "title": _string, "destructive": _boolean, "idempotent": _boolean,
@@ -241,7 +265,9 @@ def _check_fields(obj: dict[str, Any], prefix: str, skip: tuple[str, ...]
         if check is None:
             if k not in skip:
                 extra[k] = v
-        elif check is _string and type(v) is str:  # the common case, without a call
+        elif type(v) is str and (check is _string or check is _text
+                                 and len(v) <= MAX_TEXT_BYTES // 4):
+            fields[k] = v                          # the common case, without a call
             fields[k] = v
         else:
             fields[k] = check(v, prefix + k)

@@ -17,25 +17,30 @@ Two rankers, fused:
             model shipped inside a PyPI wheel, the `search` extra), loaded on the first
             search, never at start-up.  Without the extra, or if it fails to load, search
             is lexical and says so once (`notice`).
-Fusion: each ranker's scores are scaled to [0, 1] by the best score of this query (the
-semantic ones from the query's floor, the mean cosine), and added with weights tuned on
-public tool-retrieval sets (doc/search.md).  Scores are the fused value, printed with three
+Fusion (fusion.py, FUSION): each ranker's scores put on a per-query scale and weighed, the
+method and weight chosen on a development split of public tool-retrieval sets
+(bench/search_fusion.py, doc/search.md).  Scores are the fused value, printed with three
 decimals; ties break by name, so the order is deterministic.
 
 With numpy importable the scoring loops run as array operations (each term's BM25 weights
 kept as arrays, made again when its postings, the tool count or the total length move);
-without it, plain dicts compute the same scores.  Methods run on the event loop's thread,
-except the first build: tree/searchfile.py runs `load_semantic` and the first `sync` in a
-worker thread while every search waits for them (the registry hook only adds to a set).
+without it, plain dicts compute the same scores.  Threads: the registry hook (`_moved`)
+and `pending` run on the registry's thread (the event loop) and only touch the dirty set
+and read the registry; `apply`, `search` and `load_semantic` (tokenising, embedding,
+scoring) run in tree/searchfile.py's one search worker thread, one at a time, so the
+event loop never indexes or embeds (issue 25).  What one tool costs is bounded
+(FIELD_CHARS, SEMANTIC_CHARS), so no single call holds the interpreter long.
 """
 from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from ..errors import P9Error
+from .fusion import fuse
 
 NEED_MAX = 4096         # bytes of one need
 LIMIT_DEFAULT = 10
@@ -44,7 +49,16 @@ K1, B = 1.2, 0.75
 # Field weights of the lexical ranker: keywords are the discovery vocabulary.
 FIELDS = (("name", 3.0), ("keywords", 3.0), ("description", 2.0), ("args", 1.0),
           ("prompt", 0.5))
-LEXICAL_WEIGHT, SEMANTIC_WEIGHT = 0.6, 0.4
+# Bounds on what one tool costs to index, whatever its .meta holds (metafile.py refuses
+# prose fields past 64 KiB; args descriptions are bounded only by the file's 1 MiB): the
+# characters of each field's text that BM25 reads, and of the text the model embeds (it
+# pads a batch to its longest text and does not truncate; an average of 2 KiB of words is
+# as good as the whole).  EMBED_BATCH texts per model call.
+FIELD_CHARS = 64 << 10
+SEMANTIC_FIELDS = ("name", "description", "keywords", "argnames")
+SEMANTIC_CHARS = 2048
+EMBED_BATCH = 16
+WORDS_CHUNK = 4096      # characters per regex call when splitting a long text into words
 LEXICAL_NOTICE = ("# search is lexical only: the semantic ranker is not installed "
                   "(pip install 'toolsrv[search]')")
 
@@ -105,8 +119,18 @@ def stem(w: str) -> str:
 
 def words(text: str) -> list[str]:
     """The searchable words of `text`: identifiers split at `_ . -` and case changes,
-    lower-cased, stop words dropped, stemmed."""
-    return [stem(w) for m in _WORD.findall(text) if (w := m.lower()) not in _STOP]
+    lower-cased, stop words dropped, stemmed.  A long text is split in pieces of about
+    WORDS_CHUNK characters (at a space), so no one regex call holds the interpreter long."""
+    if len(text) <= WORDS_CHUNK:
+        return [stem(w) for m in _WORD.findall(text) if (w := m.lower()) not in _STOP]
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        j = text.find(" ", i + WORDS_CHUNK) if i + WORDS_CHUNK < len(text) else -1
+        j = len(text) if j < 0 else j
+        out += [stem(w) for m in _WORD.findall(text, i, j) if (w := m.lower()) not in _STOP]
+        i = j
+    return out
 
 
 def arg_text(schema: Any, depth: int = 0) -> str:
@@ -128,19 +152,35 @@ def arg_text(schema: Any, depth: int = 0) -> str:
 
 def tool_fields(tool: Any) -> dict[str, str]:
     """The text of each ranked field of a Tool."""
-    return {"name": tool.name, "keywords": " ; ".join(tool.keywords),
-            "description": tool.description, "args": arg_text(tool.schema),
-            "prompt": tool.prompt}
+    fields = {"name": tool.name, "keywords": " ; ".join(tool.keywords),
+              "description": tool.description, "args": arg_text(tool.schema),
+              "prompt": tool.prompt}
+    return {k: v[:FIELD_CHARS] for k, v in fields.items()}
 
 
-def semantic_text(tool: Any) -> str:
-    """What the semantic ranker embeds for a tool: its name's words, description,
-    keywords and argument names (the prompt's prose would drown them)."""
-    name = " ".join(_WORD.findall(tool.name))
-    args = tool.schema.get("properties") if isinstance(tool.schema, dict) else None
-    argnames = " ".join(" ".join(_WORD.findall(str(k))) for k in args) \
-        if isinstance(args, dict) else ""
-    return f"{name}. {tool.description} {'; '.join(tool.keywords)}. {argnames}"
+def semantic_text(tool: Any, fields: Iterable[str] = ("name", "description", "keywords",
+                                                      "argnames")) -> str:
+    """What the semantic ranker embeds for a tool (SEMANTIC_FIELDS: its name's words,
+    description, keywords and argument names; "args" for argument names and their
+    descriptions, "prompt" for the prompt), at most SEMANTIC_CHARS."""
+    parts = []
+    for f in fields:
+        if f == "name":
+            parts.append(" ".join(_WORD.findall(tool.name)) + ".")
+        elif f == "description":
+            parts.append(tool.description[:SEMANTIC_CHARS])
+        elif f == "keywords":
+            parts.append("; ".join(tool.keywords)[:SEMANTIC_CHARS] + ".")
+        elif f == "argnames":
+            args = tool.schema.get("properties") if isinstance(tool.schema, dict) else None
+            if isinstance(args, dict):
+                parts.append(" ".join(" ".join(_WORD.findall(str(k)[:100]))
+                                      for k in list(args)[:64]))
+        elif f == "args":
+            parts.append(arg_text(tool.schema)[:SEMANTIC_CHARS])
+        elif f == "prompt":
+            parts.append(tool.prompt[:SEMANTIC_CHARS])
+    return " ".join(p for p in parts if p.strip(" .;"))[:SEMANTIC_CHARS]
 
 
 class SearchIndex:
@@ -148,12 +188,14 @@ class SearchIndex:
 
     def __init__(self, registry: Any, *, semantic: Any = None, use_numpy: bool = True,
                  fields: Iterable[tuple[str, float]] = FIELDS,
-                 weights: tuple[float, float] = (LEXICAL_WEIGHT, SEMANTIC_WEIGHT)) -> None:
+                 fusion: tuple[str, float, float] | None = None,
+                 semantic_fields: Iterable[str] = SEMANTIC_FIELDS) -> None:
         """`semantic`: a semantic.Semantic (loaded on the first search), False for lexical
         only, None to make the default one."""
         self.registry = registry
         self.fields = tuple(fields)
-        self.weights = weights
+        self.fusion = fusion                         # None: fusion.FUSION
+        self.semantic_fields = tuple(semantic_fields)
         if semantic is None:
             from .semantic import Semantic
             semantic = Semantic()
@@ -189,24 +231,31 @@ class SearchIndex:
     def __len__(self) -> int:
         return len(self._slot)
 
-    def sync(self) -> int:
-        """Index what moved since the last search (everything, the first time); the number
-        of names re-indexed."""
+    def pending(self) -> list[tuple[str, Any]]:
+        """What moved since the last call (every tool, the first time), as (name, Tool or
+        None: gone).  Cheap (dict look-ups): call it on the registry's thread, then give
+        the list to `apply` anywhere (tree/searchfile.py: the search worker thread)."""
+        if not self._built:
+            self._built = True
+            names: Iterable[str] = list(self.registry.tools)
+        else:
+            names, self._dirty = self._dirty, set()
+        get = self.registry.get
+        return [(name, get(name)) for name in names]
+
+    def apply(self, moved: Iterable[tuple[str, Any]]) -> int:
+        """Index the (name, Tool or None) pairs of `pending`: postings and embeddings; the
+        number of names re-indexed.  Calls of apply and search must not overlap."""
         if self._np is None and self._want_numpy:
             try:
                 import numpy
                 self._np = numpy
             except ImportError:
                 self._want_numpy = False
-        if not self._built:
-            self._built = True
-            names: Iterable[str] = list(self.registry.tools)
-        else:
-            names, self._dirty = self._dirty, set()
         n = 0
-        get = self.registry.get
-        for name in names:
-            tool = get(name)
+        for name, tool in moved:
+            if n % 64 == 63:
+                time.sleep(0)     # let the event loop's thread in (a long first build)
             slot = self._slot.get(name)
             if slot is not None and tool is not None and self._tools[slot] is tool:
                 continue
@@ -217,6 +266,10 @@ class SearchIndex:
             n += 1
         self._embed_pending()
         return n
+
+    def sync(self) -> int:
+        """`apply(pending())`, on the caller's thread (the bench, the tests)."""
+        return self.apply(self.pending())
 
     def _add(self, name: str, tool: Any) -> None:
         slot = self._free.pop() if self._free else len(self._tools)
@@ -287,9 +340,12 @@ class SearchIndex:
         dead = [s for s in slots if self._tools[s] is None]
         if dead:
             self._vec[dead] = 0.0
-        for i in range(0, len(live), 512):
-            chunk = live[i:i + 512]
-            self._vec[chunk] = sem.embed([semantic_text(self._tools[s]) for s in chunk])
+        for i in range(0, len(live), EMBED_BATCH):
+            chunk = live[i:i + EMBED_BATCH]
+            if i:
+                time.sleep(0)
+            self._vec[chunk] = sem.embed([semantic_text(self._tools[s], self.semantic_fields)
+                                        for s in chunk])
 
     # --- searching ------------------------------------------------------------------
 
@@ -297,9 +353,14 @@ class SearchIndex:
         """"hybrid" when the semantic ranker is in use, else "lexical"."""
         return "hybrid" if self.semantic is not None and self.semantic.ready else "lexical"
 
-    def search(self, need: str, limit: int = LIMIT_DEFAULT) -> list[tuple[str, float, str]]:
-        """The best `limit` tools for `need`: (name, score, description), best first."""
-        self.sync()
+    def search(self, need: str, limit: int = LIMIT_DEFAULT,
+               moved: Iterable[tuple[str, Any]] | None = None) -> list[tuple[str, float, str]]:
+        """The best `limit` tools for `need`: (name, score, description), best first;
+        `moved` (from `pending`) is applied first, else the index syncs itself."""
+        if moved is None:
+            self.sync()
+        else:
+            self.apply(moved)
         if not self._slot:
             return []
         terms = words(need)
@@ -347,11 +408,18 @@ class SearchIndex:
         top = max(lex.values()) if lex else 0.0
         return {s: v / top for s, v in lex.items()} if top > 0 else {}
 
-    def _scores_np(self, np: Any, terms: list[str], need: str) -> Any:
-        """The fused score of every slot (0 for a free one), as one array: BM25 scaled by
-        this query's best, plus the cosine above this query's mean cosine, scaled so
-        that the best reaches the semantic weight.  Each term's BM25 weights are kept (per-term
-arrays), so a query adds a few arrays; they are made again only after a change."""
+    def components(self, need: str) -> tuple[Any, Any, Any]:
+        """(BM25 of every slot, cosines of every slot or None, the mask of slots holding a
+        tool) for `need`, as numpy arrays: the rankers before fusion (the bench's view).
+        Call after `sync`, with numpy."""
+        np = self._np
+        lex = self._lexical_np(np, words(need))
+        return lex, self._semantic(need), self._alive
+
+    def _lexical_np(self, np: Any, terms: list[str]) -> Any:
+        """BM25 of every slot (0 for a free one).  Each term's BM25 weights are kept
+        (per-term arrays), so a query adds a few arrays; they are made again only after
+        a change."""
         cap = len(self._tools)
         if self._dl_arr is None:
             self._dl_arr = np.asarray(self._dl, dtype=np.float64)
@@ -367,20 +435,16 @@ arrays), so a query adds a few arrays; they are made again only after a change."
                     continue
                 arr = self._arrays[t] = self._weights_np(np, p, key)
             acc[arr[0]] += arr[1]
-        top = float(acc.max())
+        return acc
+
+    def _scores_np(self, np: Any, terms: list[str], need: str) -> Any:
+        """The fused score of every slot (0 for a free one), as one array (fusion.py)."""
+        acc = self._lexical_np(np, terms)
         sem = self._semantic(need)
         if sem is None:
+            top = float(acc.max())
             return acc / top if top > 0 else acc
-        wl, ws = self.weights
-        fused = acc * (wl / top) if top > 0 else acc
-        whole = self._free == []
-        vals = sem if whole else sem[self._alive]
-        floor, peak = float(vals.mean()), float(vals.max())
-        if peak > floor:
-            fused += np.maximum(sem - floor, 0.0) * (ws / (peak - floor))
-        if not whole:
-            fused[~self._alive] = 0.0
-        return fused
+        return fuse(np, acc, sem, None if self._free == [] else self._alive, self.fusion)
 
     def _weights_np(self, np: Any, p: dict[int, float], key: tuple[int, float]) -> Any:
         """(slots, BM25 weight of the term in each) for one term's postings, and the

@@ -10,8 +10,9 @@ search.py makes a `Semantic` (which imports nothing), and the first search calls
 A missing extra or a model that fails to load leaves `ready` False and `error` saying
 why: search is then lexical.  numpy is imported with one BLAS thread (unless the
 environment says otherwise): the one product per search is about a millisecond at 10,000
-tools, and a thread pool would take the cores the server's tools run on.  `embed` returns unit vectors (float32), so a dot product
-is the cosine.
+tools, and a thread pool would take the cores the server's tools run on.  `embed` returns
+unit vectors (float32), so a dot product is the cosine.  Each text is cut at MAX_TOKENS
+tokens (the tokenizer's truncation), so one call is short whatever a tool's text holds.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import threading
 from typing import Any
 
 log = logging.getLogger(__name__)
+MAX_TOKENS = 256        # of one text embedded (a tool's or a need's); more adds little
 
 
 class Semantic:
@@ -46,6 +48,9 @@ class Semantic:
                 from wordllama import WordLlama
                 folder = os.path.dirname(os.path.abspath(wordllama.__file__))
                 model = WordLlama.load(cache_dir=folder, disable_download=True)
+                # a bound on each text's tokens: the model pads a batch to its longest
+                # text, and the search thread must not hold the interpreter long
+                model.tokenizer.enable_truncation(max_length=MAX_TOKENS)
                 probe = model.embed(["probe"], norm=True)
                 self.np, self._model, self.dim = numpy, model, int(probe.shape[1])
                 self.ready = True

@@ -10,14 +10,19 @@ and searched on that Twrite, so every error (an empty need, one over 4 KiB, a ma
   session/S/agent/A/search      on the agent: any fid reads the agent's last answer, so a
                                 shell's `echo need > search; cat search` (9pfuse opens
                                 separate fids for the two) works.
-The first search of a server loads the semantic model and indexes every tool (about a
-second): that runs in a worker thread (`Searcher.prepare`), and the write waits for it
-without blocking the connection; searches after it run on the event loop (a few ms).
+Every search runs in the server's one search worker thread (`Searcher`): the first loads
+the semantic model and indexes every tool (seconds at 10,000 tools), each one after it
+re-indexes what moved and ranks (a few ms).  The event loop only takes the list of what
+moved, so no other client's request ever waits on tokenising or embedding (issue 25); the
+write waits for its answer without blocking its connection.
 """
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable
 
 from ..errors import P9Error
@@ -28,24 +33,24 @@ log = logging.getLogger("toolsrv.search")
 
 
 class Searcher:
-    """The server's one search: a SearchIndex and its first-search preparation."""
+    """The server's one search: a SearchIndex and the one worker thread it runs in."""
 
     def __init__(self, index: SearchIndex) -> None:
         self.index = index
-        self._preparing: asyncio.Future[None] | None = None
-        self._prepared = False
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolsrv-search",
+                                        initializer=_share_the_interpreter)
+        self._frozen = False
 
-    def prepare(self) -> None:
-        """Load the model and build the index (blocking; run in a worker thread)."""
-        self.index.load_semantic()
-        self.index.sync()
+    def close(self) -> None:
+        """The server stops: a search still running finishes in its thread, none starts."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def answer(self, aux: dict, data: bytes, final: bool = False
-               ) -> tuple[str, bytes | Awaitable[bytes] | None]:
-        """(the need, the answer to one write or an awaitable of it: the first search);
-        raises P9Error for a need that cannot be searched.  The answer is None when the
-        write is kept for the fid's next one (`aux`): a `limit N` line alone, or exactly
-        4 KiB with no newline (9pfuse cuts a longer write(2) into 4 KiB Twrites)."""
+               ) -> tuple[str, Awaitable[bytes] | None]:
+        """(the need, an awaitable of the answer to one write); raises P9Error for a need
+        that cannot be searched.  The answer is None when the write is kept for the fid's
+        next one (`aux`): a `limit N` line alone, or exactly 4 KiB with no newline (9pfuse
+        cuts a longer write(2) into 4 KiB Twrites)."""
         data = aux.pop("piece", b"") + data
         if len(data) == NEED_MAX and not data.endswith(b"\n") and not final:
             aux["piece"] = data
@@ -54,28 +59,49 @@ class Searcher:
         if not need:
             aux["limit"] = limit
             return "", None
-        if self._prepared:
-            return need, self._run(need, limit)
-        return need, self._first(need, limit)
+        return need, self._search(need, limit)
 
-    def held(self, aux: dict) -> bytes | Awaitable[bytes] | None:
+    def held(self, aux: dict) -> Awaitable[bytes] | None:
         """The answer to a 4 KiB piece still kept when its fid reads (nothing followed)."""
         piece = aux.pop("piece", None)
         return None if piece is None else self.answer(aux, piece, final=True)[1]
 
-    async def _first(self, need: str, limit: int) -> bytes:
-        if self._preparing is None:
-            self._preparing = asyncio.ensure_future(asyncio.to_thread(self.prepare))
-        try:
-            await asyncio.shield(self._preparing)
-        except Exception:     # the index still ranks lexically what it has
-            log.exception("search: preparing the index failed")
-        self._prepared = True
-        return self._run(need, limit)
+    async def _search(self, need: str, limit: int) -> bytes:
+        """What moved is taken here, on the loop (a few look-ups); the worker indexes it and
+        searches.  Jobs run one at a time, in the order they were taken, so each sees every
+        change before it; a flushed search still applies its changes (shielded)."""
+        moved = self.index.pending()
+        job = asyncio.get_running_loop().run_in_executor(self._pool, self._work, moved,
+                                                         need, limit)
+        return await asyncio.shield(job)
 
-    def _run(self, need: str, limit: int) -> bytes:
-        hits = self.index.search(need, limit)
+    def _work(self, moved: list, need: str, limit: int) -> bytes:
+        """In the worker thread: the model loads on the first search (a failure leaves
+        search lexical), then `moved` is indexed and the need ranked.  After the first
+        build, everything alive is frozen out of the cyclic collector (`gc.freeze`, once):
+        the model and the index are long-lived, and a full collection that walks them
+        holds the interpreter for a long time (191 ms seen on this machine, in this thread,
+        while a search indexed ten large tools)."""
+        try:
+            self.index.load_semantic()
+        except Exception:
+            log.exception("search: loading the semantic model failed")
+        hits = self.index.search(need, limit, moved)
+        if not self._frozen:
+            self._frozen = True
+            gc.freeze()
         return answer_text(hits, self.index.notice())
+
+
+SWITCH_INTERVAL = 0.0005    # s: how long the search thread may keep the interpreter
+
+
+def _share_the_interpreter() -> None:
+    """Once the search thread exists, the event loop's thread gets the interpreter back
+    within SWITCH_INTERVAL of asking (CPython's default is 5 ms, and a 9P request asks for
+    it after each of its several system calls); an interval never lengthened."""
+    if sys.getswitchinterval() > SWITCH_INTERVAL:
+        sys.setswitchinterval(SWITCH_INTERVAL)
 
 
 class SearchFile(Node):
@@ -94,8 +120,8 @@ class SearchFile(Node):
         return len(data)
 
     def _take(self, fid: Any, got: Any, end: int) -> None:
-        """Keep the answer on the fid, now or when the first search has it (a read that
-        comes meanwhile, pipelined, waits for it)."""
+        """Keep the answer on the fid when the search has it (a read that comes
+        meanwhile, pipelined, waits for it)."""
         if isinstance(got, bytes):
             fid.aux["search"] = got
             answered(fid, end)
@@ -156,9 +182,6 @@ class AgentSearchFile(Node):
             raise
         if got is None:
             return len(data)
-        if isinstance(got, bytes):
-            self._keep(got, need)
-            return len(data)
         done = self.a.extra["searching"] = asyncio.Event()   # a pipelined read waits
 
         async def later() -> int:
@@ -182,8 +205,17 @@ class AgentSearchFile(Node):
             except P9Error as e:
                 self.a.note(f"search -> error: {e.full}")
                 return
-            if isinstance(got, bytes):
-                self._keep(got, "(4 KiB need)")
+            if got is not None:      # the clunk answers now; the answer is kept when found
+                done = self.a.extra["searching"] = asyncio.Event()
+
+                async def keep() -> None:
+                    try:
+                        self._keep(await got, "(4 KiB need)")
+                    except Exception:
+                        log.exception("search failed")
+                    finally:
+                        done.set()
+                asyncio.ensure_future(keep())
 
     def read(self, fid: Any, offset: int, count: int) -> Any:
         done = self.a.extra.get("searching")
