@@ -23,7 +23,8 @@ directories whose lock is free: servers without state that crashed.
 Who gets in (SECURITY.md): a Unix-socket peer must have the server's uid or
 one allowed by --allow-uid (SO_PEERCRED), and must not be one of our own tool
 processes (a descendant of the launcher); a TCP peer must prove the shared
-secret (auth.py) when --auth-secret is given, which --listen-any requires.
+secret (auth.py) when --auth-secret is given, which --listen-any requires; a TLS peer
+(serve/tls.py) too, and under mutual TLS its certificate alone may stand for the secret.
 Every limit of reliability.md is an Options field and a `serve` flag.
 """
 from __future__ import annotations
@@ -56,7 +57,8 @@ class Options(Record):
     FIELDS = ("addrs", "tools", "state_dir", "msize", "trace", "listen_any", "allow_uids",
               "revwait_timeout", "timeout", "max_runs", "run_as", "persist", "auth_secret",
               "max_conns", "max_conns_per_peer", "max_fids", "max_inflight", "max_held",
-              "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args", "warm")
+              "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args", "warm",
+              "tls_cert", "tls_key", "tls_client_ca")
 
     def __init__(self, addrs: list[str] | None = None, tools: list[str] | None = None,
                  state_dir: str | None = None, msize: int = DEFAULT_MSIZE, trace: bool = False,
@@ -67,7 +69,8 @@ class Options(Record):
                  max_conns_per_peer: int = 256, max_fids: int = 4096, max_inflight: int = 256,
                  max_held: int = 64 << 20, frame_timeout: float = 60.0,
                  max_sessions: int = 10000, max_agents: int = 256, max_queued: int = 1024,
-                 max_args: int = 1 << 20, warm: bool = True) -> None:
+                 max_args: int = 1 << 20, warm: bool = True, tls_cert: str | None = None,
+                 tls_key: str | None = None, tls_client_ca: str | None = None) -> None:
         self.addrs: list[str] = [] if addrs is None else addrs  # dial strings; empty: default
         self.tools = tools                  # search path; None: env or defaults
         self.state_dir = state_dir
@@ -94,6 +97,9 @@ class Options(Record):
         self.max_queued = max_queued        # calls waiting for a run slot, server-wide
         self.max_args = max_args            # bytes of one call's JSON args
         self.warm = warm                    # Python tools start warm (doc/performance.md)
+        self.tls_cert = tls_cert            # PEM files of the tls! listeners (serve/tls.py)
+        self.tls_key = tls_key
+        self.tls_client_ca = tls_client_ca  # mutual TLS: clients show a cert it signed
 
 
 def _warm_imports() -> None:
@@ -179,7 +185,9 @@ class App:
         return None
 
     def _configs(self) -> tuple[ServerConfig, ServerConfig]:
-        """The server config for Unix sockets, and the one for TCP listeners."""
+        """The server config for Unix sockets, and the one for TCP listeners (plain or TLS).
+        A non-loopback listener needs --listen-any and a way to tell who is there: the
+        shared secret, or for a tls! one, client certificates (--tls-client-ca)."""
         opts = self.opts
         config = ServerConfig(msize=opts.msize, max_fids=opts.max_fids,
                               max_inflight=opts.max_inflight, max_held=opts.max_held,
@@ -187,14 +195,32 @@ class App:
         if opts.auth_secret:
             from .serve.auth import Authenticator, load_secret
             return config, replace(config, auth=Authenticator(load_secret(opts.auth_secret)))
-        far = [a for a in self.addrs if a.kind == "tcp" and not a.is_loopback()]
+        mtls = bool(opts.tls_client_ca)
+        far = [a for a in self.addrs if a.is_tcp and not a.is_loopback()
+               and not (a.kind == "tls" and mtls)]
         if far:
             raise ValueError(f"{far[0]}: a non-loopback listener needs --listen-any and "
-                             "--auth-secret FILE")
+                             "--auth-secret FILE" + (" (or tls! with --tls-client-ca FILE)"
+                                                     if far[0].kind == "tls" else ""))
         for a in self.addrs:
-            if a.kind == "tcp":
+            if a.kind == "tcp" or (a.kind == "tls" and not mtls):
                 log.warning("%s: no --auth-secret: any local user can connect", a)
         return config, config
+
+    def _tls_context(self) -> Any:
+        """The tls! listeners' context, or None when there are none."""
+        opts = self.opts
+        if not any(a.kind == "tls" for a in self.addrs):
+            if opts.tls_cert or opts.tls_client_ca:
+                log.warning("--tls-cert/--tls-client-ca given but no tls!HOST!PORT address")
+            return None
+        if not (opts.tls_cert and opts.tls_key):
+            raise ValueError("a tls! address needs --tls-cert FILE and --tls-key FILE")
+        from .serve.tls import TLSError, server_context
+        try:
+            return server_context(opts.tls_cert, opts.tls_key, opts.tls_client_ca)
+        except TLSError as e:
+            raise ValueError(str(e)) from None
 
     async def start(self) -> None:
         self._catch_signals()  # a SIGTERM from here on stops the server cleanly, even one
@@ -208,6 +234,7 @@ class App:
         opts = self.opts
         raise_fd_limit()
         unix_config, tcp_config = self._configs()
+        tls_context = self._tls_context()
         self.runner, tool_uid = self._make_runner()
         state = self._state_dir()
         work = self._work_dir(state, tool_uid)   # proves the state directory ours, too
@@ -235,12 +262,13 @@ class App:
         self._factory, self._unix_config = factory, unix_config
         for i, a in enumerate(self.addrs):
             f = factory(unix_config if a.kind == "unix" else tcp_config)
-            srv = await listen(a, f, allow_nonloopback=opts.listen_any)
+            srv = await listen(a, f, allow_nonloopback=opts.listen_any, ssl=tls_context)
             self.servers.append(srv)
             if a.kind == "unix":
                 self.unix_paths.append(a.path)
             elif a.port == 0 and srv.sockets:       # tcp!host!0: say the port we got
-                self.addrs[i] = dial.Addr("tcp", host=a.host, port=srv.sockets[0].getsockname()[1])
+                self.addrs[i] = dial.Addr(a.kind, host=a.host,
+                                          port=srv.sockets[0].getsockname()[1])
         if self.lock is not None:                   # the addresses, a port 0 resolved
             self.lock.update([str(a) for a in self.addrs])
         # Serving already.  Now the launcher (a process of its own: started sooner, it takes

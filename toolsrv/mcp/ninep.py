@@ -55,22 +55,38 @@ class NineP(asyncio.Protocol):
     # -- the connection --
     @classmethod
     async def connect(cls, addr: str | dial.Addr, secret: bytes | None = None,
-                      uname: str | None = None) -> "NineP":
-        """Dial, negotiate the version, authenticate (TCP with a secret) and attach.
+                      uname: str | None = None, tls: Any = None) -> "NineP":
+        """Dial, negotiate the version, authenticate (TCP with a secret) and attach; a tls!
+        address with `tls` (a serve.tls.ClientTLS; default: $TOOLSRV_TLS_*).
         Raises OSError when nothing answers, NinePError when the server refuses."""
         a = addr if isinstance(addr, dial.Addr) else dial.parse(addr)
         loop = asyncio.get_running_loop()
         if a.kind == "unix":
             _, proto = await loop.create_unix_connection(cls, a.path)
+        elif a.kind == "tls":
+            from ..serve import tls as tlsmod
+            ctx = (tls or tlsmod.ClientTLS.from_env()).context()
+            try:
+                _, proto = await loop.create_connection(
+                    cls, a.host, a.port, ssl=ctx, server_hostname=a.host,
+                    ssl_handshake_timeout=tlsmod.HANDSHAKE_TIMEOUT)
+            except (ConnectionRefusedError, FileNotFoundError):
+                raise
+            except OSError as e:        # ssl.SSLError is one; so is a handshake timeout
+                raise tlsmod.handshake_error(e, str(a)) from None
         else:
             _, proto = await loop.create_connection(cls, a.host, a.port)
+        if a.is_tcp:
             if secret is None and os.environ.get("TOOLSRV_SECRET_FILE"):
                 from ..serve.auth import load_secret
                 secret = load_secret(os.environ["TOOLSRV_SECRET_FILE"])
         try:
             await proto._start(uname or getpass.getuser(), secret)
-        except BaseException:
+        except BaseException as e:
             proto.close()
+            if a.kind == "tls" and type(e) is ConnectionError:   # hung up before Rversion
+                from ..serve.tls import no_answer
+                raise no_answer(str(a)) from None
             raise
         return proto
 
