@@ -58,7 +58,7 @@ class Options(Record):
               "revwait_timeout", "timeout", "max_runs", "run_as", "persist", "auth_secret",
               "max_conns", "max_conns_per_peer", "max_fids", "max_inflight", "max_held",
               "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args", "warm",
-              "tls_cert", "tls_key", "tls_client_ca")
+              "tls_cert", "tls_key", "tls_client_ca", "imports")
 
     def __init__(self, addrs: list[str] | None = None, tools: list[str] | None = None,
                  state_dir: str | None = None, msize: int = DEFAULT_MSIZE, trace: bool = False,
@@ -70,7 +70,8 @@ class Options(Record):
                  max_held: int = 64 << 20, frame_timeout: float = 60.0,
                  max_sessions: int = 10000, max_agents: int = 256, max_queued: int = 1024,
                  max_args: int = 1 << 20, warm: bool = True, tls_cert: str | None = None,
-                 tls_key: str | None = None, tls_client_ca: str | None = None) -> None:
+                 tls_key: str | None = None, tls_client_ca: str | None = None,
+                 imports: list[str] | None = None) -> None:
         self.addrs: list[str] = [] if addrs is None else addrs  # dial strings; empty: default
         self.tools = tools                  # search path; None: env or defaults
         self.state_dir = state_dir
@@ -100,6 +101,7 @@ class Options(Record):
         self.tls_cert = tls_cert            # PEM files of the tls! listeners (serve/tls.py)
         self.tls_key = tls_key
         self.tls_client_ca = tls_client_ca  # mutual TLS: clients show a cert it signed
+        self.imports: list[str] = [] if imports is None else imports   # NAME=ADDR[,...]
 
 
 def _warm_imports() -> None:
@@ -159,6 +161,7 @@ class App:
         self.nostate: ServerDir | None = None   # the work base's nostate/ (_work_dir)
         self._sweeping: asyncio.Future[None] | None = None
         self.lock: Any = None         # statedir.StateLock, held while serving with state
+        self.hosts: Any = None        # hosts.Hosts: the imports of other hosts' trees
 
     def _make_registry(self) -> Any:
         from .registry.registry import Registry
@@ -235,6 +238,8 @@ class App:
         raise_fd_limit()
         unix_config, tcp_config = self._configs()
         tls_context = self._tls_context()
+        from .hosts.imports import Spec
+        specs = [Spec.parse(i) for i in opts.imports]     # ValueError: a bad --import
         self.runner, tool_uid = self._make_runner()
         state = self._state_dir()
         work = self._work_dir(state, tool_uid)   # proves the state directory ours, too
@@ -253,6 +258,7 @@ class App:
                             status=getattr(self.runner, "status_text", None),
                             searcher=self.searcher)
         self._start_calls()
+        self._start_hosts(specs, state)
         self.gate = Gate(opts.max_conns, opts.max_conns_per_peer, self._peer_check)
 
         def factory(config: ServerConfig) -> Any:
@@ -376,6 +382,14 @@ class App:
         self.calls = Calls(self)
         self.fs.agent_files = self.calls
 
+    def _start_hosts(self, specs: list[Any], state: str | None) -> None:
+        """The imports (toolsrv/hosts): their tools join the registry as they answer."""
+        from .hosts.ctlfile import hosts_dir
+        from .hosts.hosts import Hosts
+        self.hosts = Hosts(self.registry, specs, state)
+        self.fs.add_root(hosts_dir(self.fs, self.hosts))
+        self.hosts.start()
+
     def _trace(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
@@ -401,6 +415,8 @@ class App:
             p.close()
             if p.conn is not None:
                 p.conn.hangup()
+        if self.hosts is not None:
+            await self.hosts.close()
         if self.calls is not None:
             await self.calls.close()
         if self.runner is not None:

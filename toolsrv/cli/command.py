@@ -260,6 +260,10 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--tls-cert",), dict(metavar="FILE", help="the PEM certificate (chain) of the "
                            "tls!HOST!PORT listeners")),
     (("--tls-key",), dict(metavar="FILE", help="the PEM key of --tls-cert")),
+    (("--import",), dict(dest="imports", metavar="NAME=ADDR[,ca=F,cert=F,key=F,secret=F]",
+                         action="append", default=[], help="serve the tools of the toolsrv "
+                         "at ADDR as NAME.TOOL, its calls run there (repeatable; "
+                         "doc/hosts.md)")),
     (("--tls-client-ca",), dict(metavar="FILE", help="mutual TLS: tls! clients must show a "
                                 "certificate this CA signed; its subject names the peer")),
     *[((flag,), dict(type=typ, default=default, help=f"{what} (default {default})",
@@ -364,7 +368,8 @@ def serve_options(args: Any) -> Any:
                    frame_timeout=args.frame_timeout, max_sessions=args.max_sessions,
                    max_agents=args.max_agents, max_queued=args.max_queued,
                    max_args=args.max_args, warm=not args.no_warm, tls_cert=args.tls_cert,
-                   tls_key=args.tls_key, tls_client_ca=args.tls_client_ca)
+                   tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
+                   imports=args.imports)
 
 
 def serve(args: Any) -> int:
@@ -372,7 +377,8 @@ def serve(args: Any) -> int:
     # classes, the registry) lives on, and the collector's passes over it took 3-5 ms
     # before the first request could be answered.  It resumes once started (below).
     gc.disable()
-    if args.tls_cert or any(a.startswith("tls!") for a in args.addr):
+    if args.tls_cert or any(a.startswith("tls!") for a in args.addr) or \
+            any("=tls!" in i for i in args.imports):
         import ssl  # noqa: F401  (serving TLS: asyncio imports it as usual)
     import_asyncio_without_ssl()
     import asyncio
