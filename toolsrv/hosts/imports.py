@@ -120,6 +120,7 @@ class Import:
         self.loaded: set[tuple[str, str, str]] = set()
         self.changed = asyncio.Event()    # set each time the import comes up or goes down
         self.ntools = 0
+        self.served: dict[str, Any] = {}  # the tools last served: held while unreachable
         self.came_up = False              # the last connection got as far as serving tools
 
     @property
@@ -190,7 +191,7 @@ class Import:
         if was_up:
             log.warning("%s: lost %s: %s", self.spec.name, self.spec.addr, self.why)
         self.registry.serve_remote(self.source, {}, [
-            (self.spec.name, f"unreachable at {self.spec.addr}: {self.why}")])
+            (self.spec.name, f"unreachable at {self.spec.addr}: {self.why}")], self.served)
         self.changed.set()
 
     async def _follow(self, nine: NineP) -> None:
@@ -235,7 +236,7 @@ class Import:
                 tools[t.name] = t
             except (BadRemoteTool, NinePError) as e:
                 errors.append((f"{self.spec.name}.{n[:64]}", f"at {self.spec.addr}: {e}"))
-        self.ntools = len(tools)
+        self.ntools, self.served = len(tools), tools
         self.registry.serve_remote(self.source, tools, errors)
 
     # -- calls --

@@ -80,7 +80,7 @@ def make(prefix: str, tool: str, remote: Any, where: str, meta_text: bytes,
         tier=tier if tier in TIERS else "hot", read_only=meta.get("readOnly") is True,
         scope=None, output_format=None, resets_counter=meta.get("resetsCounter") is True,
         extra={}, command=Command("remote", (), "remote"), variant=None, cmd=None,
-        resident=None, remote=remote, remote_name=tool,
+        resident=None, remote=remote, remote_name=tool, source=remote.source,
         meta_text=meta_text.decode("utf-8", "replace"),
         schema_text=schema_text.decode("utf-8", "replace"), prompt_text=prompt,
         _meta={**meta, "name": name, "host": where})
