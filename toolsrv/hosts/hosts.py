@@ -71,8 +71,21 @@ class Hosts:
             return {}
 
     def save(self) -> None:
-        if self.state is None:
+        """Write hosts.json (only once there is an import: a server that imports nothing
+        keeps no such file); a failure is logged, the imports stay as they are."""
+        if self.state is None or not (self.imports or os.path.exists(self.state)):
             return
+        try:
+            self._write()
+        except OSError as e:
+            log.error("%s: cannot save the imports: %s", self.state, e)
+            try:
+                os.unlink(f"{self.state}.tmp")
+            except OSError:
+                pass
+
+    def _write(self) -> None:
+        assert self.state is not None
         data = {"front": self.front,
                 "imports": {n: s.addr for n, s in sorted(self.runtime.items())}}
         tmp = f"{self.state}.tmp"
