@@ -151,7 +151,7 @@ def main() -> None:
                         "over plain TCP", lat(got["tcp"]), "informative"))
         fr, rr = [], []
         for i in range(3 if opts.quick else 10):
-            for c, out in ((fc, fr), (rc, rr)):
+            for who, c, out in (("f", fc, fr), ("r", rc, rr)):
                 rev = int(c.read("revision"))
                 box: list[float] = []
                 t = threading.Thread(target=lambda c=c, rev=rev: (
@@ -159,7 +159,7 @@ def main() -> None:
                 t.start()
                 time.sleep(0.05)              # the revwait read is waiting
                 t0 = time.perf_counter()
-                (tools / f"new{i}_{len(out)}.meta").write_text(json.dumps({**ECHO, "cmd": "/bin/cat"}))
+                (tools / f"new{who}{i}.meta").write_text(json.dumps({**ECHO, "cmd": "/bin/cat"}))
                 t.join(60)
                 out.append(box[0] - t0)
         f, r = lat(fr), lat(rr)

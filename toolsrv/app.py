@@ -388,6 +388,8 @@ class App:
         from .hosts.hosts import Hosts
         self.hosts = Hosts(self.registry, specs, state)
         self.fs.add_root(hosts_dir(self.fs, self.hosts))
+        self.store.on_remove_agent.append(lambda a: self.hosts.forget(
+            a, self.store.sessions.get(a.session.name) is not a.session))
         self.hosts.start()
 
     def _trace(self, line: str) -> None:

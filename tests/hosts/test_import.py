@@ -258,3 +258,19 @@ def test_a_tools_scoped_connection_may_not_write_hosts_ctl(front):
     assert ctl is not None
     with pytest.raises(Exception, match="outside this tool's scope"):
         AgentScope("s", "a")(ctl, "write")
+
+
+def test_removing_the_local_agent_and_session_removes_them_there(front, remote):
+    _, c = front
+    base = agent(c, "gone", "g1", "build.echo")
+    c.mkdir("session/gone/agent/g2")
+    c.write("session/gone/agent/g2/ctl", b"tool_load build.echo\n")
+    for b in (base, "session/gone/agent/g2"):
+        c.rdwr(f"{b}/tools/build.echo/call", b"{}")
+    with Client.connect(remote.addr) as r:
+        there = [d.name for d in r.ls("session") if d.name.endswith("-gone")][0]
+        assert sorted(d.name for d in r.ls(f"session/{there}/agent")) == ["g1", "g2"]
+        c.rm(base)
+        assert wait_for(lambda: [d.name for d in r.ls(f"session/{there}/agent")] == ["g2"])
+        c.rm("session/gone")
+        assert wait_for(lambda: there not in [d.name for d in r.ls("session")])

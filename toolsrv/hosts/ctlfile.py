@@ -1,8 +1,9 @@
 """hosts/: the tree's view of the imports (hosts.py): hosts/ctl, read and written.
 
 A write runs its lines on that Twrite (a 4 KiB piece of a longer write(2) keeps its last
-partial line for the next), as an agent's ctl does, and its error goes to the writer; the reply waits until the change is made and saved.  A
-read answers the state after the fid's writes (answer_read)."""
+partial line for the next), as an agent's ctl does, and its error goes to the writer; the
+reply waits until the change is made and saved.  A read answers the state after the fid's
+writes (answer_read)."""
 from __future__ import annotations
 
 from typing import Any

@@ -103,6 +103,12 @@ class Hosts:
         imp = self.imports[spec.name] = Import(spec, self.registry, self.front)
         imp.start()
 
+    def forget(self, agent: Any, whole: bool = False) -> None:
+        """A local agent was removed (with its session: whole): each import removes its
+        agent there (and the session)."""
+        for imp in self.imports.values():
+            imp.forget(agent, whole)
+
     async def close(self) -> None:
         for imp in list(self.imports.values()):
             await imp.close()

@@ -122,6 +122,7 @@ class Import:
         self.ntools = 0
         self.served: dict[str, Any] = {}  # the tools last served: held while unreachable
         self.came_up = False              # the last connection got as far as serving tools
+        self.cleanups: set[asyncio.Task] = set()   # removals of remote agents under way
 
     @property
     def source(self) -> str:
@@ -238,6 +239,30 @@ class Import:
                 errors.append((f"{self.spec.name}.{n[:64]}", f"at {self.spec.addr}: {e}"))
         self.ntools, self.served = len(tools), tools
         self.registry.serve_remote(self.source, tools, errors)
+
+    # -- the remote's sessions --
+    def forget(self, agent: Any, whole: bool) -> None:
+        """The local agent is gone (its runs are killed already): remove its agent there,
+        and the remote session with the local one (`whole`); in the background, bounded."""
+        rs = remote_session(self.front, agent.session.name)
+        if (rs, agent.name) not in self.made or self.nine is None:
+            return
+        self.made.discard((rs, agent.name))
+        self.loaded = {x for x in self.loaded if x[:2] != (rs, agent.name)}
+        paths = [f"session/{rs}"] if whole else [f"session/{rs}/agent/{agent.name}"]
+        if whole:
+            self.made = {x for x in self.made if x[0] != rs}
+            self.loaded = {x for x in self.loaded if x[0] != rs}
+        task = asyncio.get_running_loop().create_task(self._remove(self.nine, paths))
+        self.cleanups.add(task)
+        task.add_done_callback(self.cleanups.discard)
+
+    async def _remove(self, nine: NineP, paths: list[str]) -> None:
+        for p in paths:
+            try:
+                await asyncio.wait_for(nine.remove(p), LOAD_TIMEOUT)
+            except (NinePError, OSError, asyncio.TimeoutError) as e:
+                log.info("%s: %s not removed there: %s", self.spec.name, p, e)
 
     # -- calls --
     def unreachable(self) -> str:
