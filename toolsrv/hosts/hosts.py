@@ -27,6 +27,7 @@ import socket
 from typing import Any
 
 from ..errors import P9Error
+from ..tree.jsonargs import fit
 from .imports import Import, Spec
 
 log = logging.getLogger("toolsrv.hosts")
@@ -128,16 +129,17 @@ class Hosts:
             elif words[0] == "unimport" and len(words) == 2:
                 await self._unimport(words[1])
             else:
-                raise P9Error(f"hosts/ctl: bad line {line[:60]!r}: want `import NAME ADDR` "
-                              "or `unimport NAME`")
+                raise P9Error(fit("hosts/ctl: bad line ", repr(line[:60]),
+                                  ": want `import NAME ADDR` or `unimport NAME` "
+                                  "(invalid argument)"))
 
     def _import(self, name: str, addr: str) -> None:
         try:
             spec = Spec.checked(name, addr)
         except ValueError as e:
-            raise P9Error(f"hosts/ctl: {e}"[:200]) from None
+            raise P9Error(fit("hosts/ctl: ", str(e))) from None
         if name in self.imports:
-            raise P9Error(f"hosts/ctl: {name} is imported already: file already exists")
+            raise P9Error(fit("hosts/ctl: file already exists: ", name, " is imported already"))
         if len(self.imports) >= MAX_IMPORTS:
             raise P9Error(f"hosts/ctl: resource busy: at most {MAX_IMPORTS} imports")
         self.runtime[name] = spec
@@ -147,7 +149,7 @@ class Hosts:
     async def _unimport(self, name: str) -> None:
         imp = self.imports.pop(name, None)
         if imp is None:
-            raise P9Error(f"hosts/ctl: {name}: not imported: file not found")
+            raise P9Error(fit("hosts/ctl: file not found: ", name, " is not imported"))
         self.runtime.pop(name, None)
         self.save()
         await imp.close()

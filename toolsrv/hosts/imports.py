@@ -329,14 +329,14 @@ class Import:
 
     async def _finish(self, nine: NineP, call: Any, path: str, out: bytes | None,
                       reason: str | None) -> None:
-        async def get(f: str) -> bytes:
+        async def fetch(f: str) -> bytes:
             try:
                 return await asyncio.wait_for(nine.read(f"{path}/{f}"), LOAD_TIMEOUT)
             except (NinePError, OSError, asyncio.TimeoutError):
                 return b""
-        status, err = await asyncio.gather(get("status"), get("err"))
+        status, err = await asyncio.gather(fetch("status"), fetch("err"))
         if out is None:
-            out = await get("out")
+            out = await fetch("out")
         words = status.decode("utf-8", "replace").split()
         state = words[0].rstrip(":") if words else ""
         code = None
