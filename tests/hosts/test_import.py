@@ -88,6 +88,7 @@ def test_a_call_runs_on_the_remote_and_everything_comes_back(front, remote):
     assert c.read(f"{base}/tools/build.fail/err") == b"oops-remote\n"
     log = c.read(f"{base}/log").decode()
     assert "call build.echo -> ok" in log and "call build.fail -> exit 3" in log
+    assert f"call build.echo -> on {remote.addr} as session/" in log     # names the host
     with Client.connect(remote.addr) as r:              # the remote's own session for it
         mine = [d.name for d in r.ls("session") if d.name.endswith("-s1")]
         assert len(mine) == 1

@@ -260,12 +260,12 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--tls-cert",), dict(metavar="FILE", help="the PEM certificate (chain) of the "
                            "tls!HOST!PORT listeners")),
     (("--tls-key",), dict(metavar="FILE", help="the PEM key of --tls-cert")),
+    (("--tls-client-ca",), dict(metavar="FILE", help="mutual TLS: tls! clients must show a "
+                                "certificate this CA signed; its subject names the peer")),
     (("--import",), dict(dest="imports", metavar="NAME=ADDR[,ca=F,cert=F,key=F,secret=F]",
                          action="append", default=[], help="serve the tools of the toolsrv "
                          "at ADDR as NAME.TOOL, its calls run there (repeatable; "
                          "doc/hosts.md)")),
-    (("--tls-client-ca",), dict(metavar="FILE", help="mutual TLS: tls! clients must show a "
-                                "certificate this CA signed; its subject names the peer")),
     *[((flag,), dict(type=typ, default=default, help=f"{what} (default {default})",
                      group=_LIMITS)) for flag, typ, default, what in [
         ("--max-conns", int, 512, "connections, server-wide"),

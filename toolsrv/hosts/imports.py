@@ -284,6 +284,7 @@ class Import:
         except (OSError, asyncio.TimeoutError) as e:
             raise P9Error(f"input/output error: {self.spec.name}: {e or 'no answer'}") from None
         call.state, call.started = "running", time.monotonic()
+        a.note(f"call {call.tool} -> on {self.spec.addr} as {base}/tools/{tool.remote_name}")
         path = f"{base}/tools/{tool.remote_name}"
         await self._forward(nine, call, path)
 
