@@ -99,6 +99,36 @@ def alternate(fns: dict[str, object], windows: int, per: int) -> dict[str, list[
     return out
 
 
+def many_imports(tmp: str, windows: int, per: int, servers: list) -> dict:
+    """tools/index of a front importing 16 servers of 100 tools each (one remote process
+    imported under 16 names), against a server with the same 1,600 tools of its own."""
+    hundred, many = Path(tmp, "hundred"), Path(tmp, "many")
+    for d in (hundred, many):
+        d.mkdir(mode=0o755)
+    for i in range(100):
+        (hundred / f"t{i:03d}.meta").write_text(json.dumps({**ECHO, "cmd": "/bin/cat"}))
+        for k in range(16):
+            (many / f"i{k}.t{i:03d}.meta").write_text(json.dumps({**ECHO, "cmd": "/bin/cat"}))
+    for name in ("h", "m", "f16"):
+        os.makedirs(f"{tmp}/{name}", mode=0o755)
+    remote = Serve(f"{tmp}/h", "--tools", str(hundred))
+    local = Serve(f"{tmp}/m", "--tools", str(many))
+    front = Serve(f"{tmp}/f16", "--tools", f"{tmp}/f16",
+                  *[x for k in range(16) for x in ("--import", f"i{k}={remote.addr}")])
+    servers += [remote, local, front]
+    fc, lc = Client.connect(front.addr), Client.connect(local.addr)
+    end = time.monotonic() + 120
+    while fc.read("tools/index").count(b"\n") < 1600 and time.monotonic() < end:
+        time.sleep(0.1)
+    assert fc.read("tools/index") == lc.read("tools/index"), "not the same 1,600 lines"
+    got = alternate({"front": lambda: fc.read("tools/index"),
+                     "local": lambda: lc.read("tools/index")}, windows, per)
+    fc.close()
+    lc.close()
+    return row(B, "tools/index, 16 imports of 100 tools", "ms", lat(got["front"]),
+               "1,600 tools of its own", lat(got["local"]), "informative")
+
+
 def main() -> None:
     opts = parser(__doc__).parse_args()
     windows, per = (3, 10) if opts.quick else (10, 40)
@@ -171,6 +201,7 @@ def main() -> None:
                         "to the remote's own revwait", r, "<= 100 ms", f["median"] <= 100))
         for c in (fc, rc, tc, sc):
             c.close()
+        rows.append(many_imports(tmp, windows, per, servers))
     finally:
         for s in servers:
             s.stop()
