@@ -118,7 +118,6 @@ class Import:
         self.task: asyncio.Task | None = None
         self.made: set[tuple[str, str]] = set()
         self.loaded: set[tuple[str, str, str]] = set()
-        self.changed = asyncio.Event()    # set each time the import comes up or goes down
         self.ntools = 0
         self.served: dict[str, Any] = {}  # the tools last served: held while unreachable
         self.came_up = False              # the last connection got as far as serving tools
@@ -193,13 +192,11 @@ class Import:
             log.warning("%s: lost %s: %s", self.spec.name, self.spec.addr, self.why)
         self.registry.serve_remote(self.source, {}, [
             (self.spec.name, f"unreachable at {self.spec.addr}: {self.why}")], self.served)
-        self.changed.set()
 
     async def _follow(self, nine: NineP) -> None:
         rev = await asyncio.wait_for(self._revision(nine, "revision", b""), LOAD_TIMEOUT)
         await asyncio.wait_for(self._load(nine), LOAD_TIMEOUT)
         self.nine, self.came_up = nine, True
-        self.changed.set()
         while True:
             try:
                 got = await asyncio.wait_for(self._revision(nine, "revwait", b"%d\n" % rev),
