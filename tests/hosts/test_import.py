@@ -275,3 +275,26 @@ def test_removing_the_local_agent_and_session_removes_them_there(front, remote):
         assert wait_for(lambda: [d.name for d in r.ls(f"session/{there}/agent")] == ["g2"])
         c.rm("session/gone")
         assert wait_for(lambda: there not in [d.name for d in r.ls("session")])
+
+
+def test_a_remote_that_never_answers_cannot_stall_the_front(monkeypatch, tmp_path):
+    """A socket that accepts and then says nothing: the front serves on, and the import is
+    down with why once the dial's bound passes."""
+    import socket as so
+    from toolsrv.hosts import imports
+    monkeypatch.setattr(imports, "DIAL_TIMEOUT", 2.0)
+    mute = so.socket(so.AF_UNIX)
+    path = str(tmp_path / "mute")
+    mute.bind(path)
+    mute.listen(8)
+    a = AppThread([tools_dir()], imports=[f"mute=unix!{path}"]).start()
+    try:
+        with Client.connect(a.addr) as c:
+            assert b"mute" in c.read("hosts/ctl")             # answered while it waits
+            assert wait_for(lambda: "mute\tunreachable at unix!" in
+                            c.read("tools/errors").decode())
+            assert "no answer in time" in c.read("tools/errors").decode()
+            assert c.read("tools/index") is not None
+    finally:
+        stop_clean(a)
+        mute.close()
