@@ -238,8 +238,10 @@ class App:
         raise_fd_limit()
         unix_config, tcp_config = self._configs()
         tls_context = self._tls_context()
-        from .hosts.imports import Spec
-        specs = [Spec.parse(i) for i in opts.imports]     # ValueError: a bad --import
+        specs: list[Any] = []
+        if opts.imports:
+            from .hosts.imports import Spec
+            specs = [Spec.parse(i) for i in opts.imports]     # ValueError: a bad --import
         self.runner, tool_uid = self._make_runner()
         state = self._state_dir()
         work = self._work_dir(state, tool_uid)   # proves the state directory ours, too
@@ -383,14 +385,21 @@ class App:
         self.fs.agent_files = self.calls
 
     def _start_hosts(self, specs: list[Any], state: str | None) -> None:
-        """The imports (toolsrv/hosts): their tools join the registry as they answer."""
-        from .hosts.ctlfile import hosts_dir
-        from .hosts.hosts import Hosts
-        self.hosts = Hosts(self.registry, specs, state)
+        """The imports (toolsrv/hosts): their tools join the registry as they answer.  With
+        none to make (no --import, none kept in the state), made on the first hosts/ctl
+        write (ctlfile.Lazy)."""
+        from .hosts.ctlfile import STATE_FILE, Lazy, hosts_dir
+
+        def make() -> Any:
+            from .hosts.hosts import Hosts
+            hosts = Hosts(self.registry, specs, state)
+            hosts.start()
+            return hosts
+        kept = state is not None and os.path.exists(os.path.join(state, STATE_FILE))
+        self.hosts = make() if specs or kept else Lazy(make)
         self.fs.add_root(hosts_dir(self.fs, self.hosts))
         self.store.on_remove_agent.append(lambda a: self.hosts.forget(
             a, self.store.sessions.get(a.session.name) is not a.session))
-        self.hosts.start()
 
     def _trace(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)

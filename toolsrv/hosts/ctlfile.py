@@ -12,6 +12,32 @@ from ..errors import P9Error
 from ..tree.node import Committed, Dir_, Node, answer_read, answered
 
 MAX_LINE = 4096
+STATE_FILE = "hosts.json"    # in the state directory (hosts.py)
+
+
+class Lazy:
+    """hosts.Hosts, made on the first hosts/ctl write: a server that imports nothing does
+    not load the import machinery (its 9P client, TLS) at start-up."""
+
+    def __init__(self, make: Any) -> None:
+        self.make = make
+        self.real: Any = None
+
+    def text(self) -> str:
+        return self.real.text() if self.real is not None else ""
+
+    async def apply(self, text: str) -> None:
+        if self.real is None:
+            self.real = self.make()
+        await self.real.apply(text)
+
+    def forget(self, agent: Any, whole: bool = False) -> None:
+        if self.real is not None:
+            self.real.forget(agent, whole)
+
+    async def close(self) -> None:
+        if self.real is not None:
+            await self.real.close()
 
 
 class HostsCtl(Node):

@@ -22,22 +22,21 @@ import json
 import logging
 import os
 import re
-import secrets
 import socket
 from typing import Any
 
 from ..errors import P9Error
 from ..tree.jsonargs import fit
+from .ctlfile import STATE_FILE
 from .imports import Import, Spec
 
 log = logging.getLogger("toolsrv.hosts")
-STATE_FILE = "hosts.json"
 MAX_IMPORTS = 256
 
 
 def new_front_id() -> str:
     host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:32].strip("-") or "host"
-    return f"{host}-{secrets.token_hex(4)}"
+    return f"{host}-{os.urandom(4).hex()}"
 
 
 class Hosts:

@@ -27,7 +27,6 @@ ever sends metadata and answers: nothing it sends names a local file or a local 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from typing import Any
@@ -105,6 +104,7 @@ def remote_session(front: str, session: str) -> str:
     name = f"{front}-{session}"
     if len(name) <= NAME_MAX:
         return name
+    import hashlib      # here: start-up imports nothing it does not need
     return f"{front}-{hashlib.sha256(session.encode()).hexdigest()[:32]}"
 
 
