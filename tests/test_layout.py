@@ -4,8 +4,12 @@ Every module of toolsrv/ (toolsrv/proto/, the codec, included) is parsed (ast) a
 top or inside a function, absolute or relative, is resolved to the part it reaches.
 A part may import only the parts below it:
 
-    cli/  >  mcp/  >  app  >  serve/  >  tree/  >  run/, registry/ (side by side)  >  dirs/,
-    errors, record  >  proto
+    cli/  >  mcp/  >  app  >  hosts/  >  serve/  >  tree/  >  run/, registry/ (side by side)
+    >  dirs/, errors, record  >  proto
+
+hosts/ (imports of other hosts' trees, and the asyncio 9P client they and the MCP face
+share) is a client of other servers that feeds this one's registry and calls, so it sits
+above serve/ (dial strings, TLS) and below app, which wires it in.
 
 mcp/ (the MCP face) is a client of the tree that can also start a server in process, so
 it sits above app and below cli/, which imports it for the `mcp` verb; it alone imports
@@ -26,8 +30,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_LINES = 600
 
 # rank of each part: an import may go to a part of lower rank, or within its own part.
-RANK = {"proto": 0, "base": 1, "run": 2, "registry": 2, "tree": 3, "serve": 4, "app": 5,
-        "mcp": 6, "cli": 7}
+RANK = {"proto": 0, "base": 1, "run": 2, "registry": 2, "tree": 3, "serve": 4, "hosts": 5,
+        "app": 6, "mcp": 7, "cli": 8}
 BASE = {"toolsrv", "toolsrv.errors", "toolsrv.record"}
 TOP = {"toolsrv.app": "app", "toolsrv.__main__": "cli", "toolsrv.client": "cli"}
 

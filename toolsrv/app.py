@@ -23,7 +23,8 @@ directories whose lock is free: servers without state that crashed.
 Who gets in (SECURITY.md): a Unix-socket peer must have the server's uid or
 one allowed by --allow-uid (SO_PEERCRED), and must not be one of our own tool
 processes (a descendant of the launcher); a TCP peer must prove the shared
-secret (auth.py) when --auth-secret is given, which --listen-any requires.
+secret (auth.py) when --auth-secret is given, which --listen-any requires; a TLS peer
+(serve/tls.py) too, and under mutual TLS its certificate alone may stand for the secret.
 Every limit of reliability.md is an Options field and a `serve` flag.
 """
 from __future__ import annotations
@@ -57,7 +58,8 @@ class Options(Record):
               "revwait_timeout", "timeout", "max_runs", "run_as", "persist", "auth_secret",
               "max_conns", "max_conns_per_peer", "max_fids", "max_inflight", "max_held",
               "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args", "warm",
-              "max_run_memory", "max_run_pids", "max_warm_memory")
+              "max_run_memory", "max_run_pids", "max_warm_memory",
+              "tls_cert", "tls_key", "tls_client_ca", "imports")
 
     def __init__(self, addrs: list[str] | None = None, tools: list[str] | None = None,
                  state_dir: str | None = None, msize: int = DEFAULT_MSIZE, trace: bool = False,
@@ -69,7 +71,10 @@ class Options(Record):
                  max_held: int = 64 << 20, frame_timeout: float = 60.0,
                  max_sessions: int = 10000, max_agents: int = 256, max_queued: int = 1024,
                  max_args: int = 1 << 20, warm: bool = True, max_run_memory: int | None = None,
-                 max_run_pids: int = 4096, max_warm_memory: int | None = None) -> None:
+                 max_run_pids: int = 4096, max_warm_memory: int | None = None,
+                 tls_cert: str | None = None,
+                 tls_key: str | None = None, tls_client_ca: str | None = None,
+                 imports: list[str] | None = None) -> None:
         self.addrs: list[str] = [] if addrs is None else addrs  # dial strings; empty: default
         self.tools = tools                  # search path; None: env or defaults
         self.state_dir = state_dir
@@ -102,6 +107,10 @@ class Options(Record):
         self.max_run_pids = max_run_pids
         self.max_warm_memory = max_warm_memory   # idle warm interpreters' RSS; None: see
                                                  # warm_budget()
+        self.tls_cert = tls_cert            # PEM files of the tls! listeners (serve/tls.py)
+        self.tls_key = tls_key
+        self.tls_client_ca = tls_client_ca  # mutual TLS: clients show a cert it signed
+        self.imports: list[str] = [] if imports is None else imports   # NAME=ADDR[,...]
 
 
 def _warm_imports() -> None:
@@ -162,6 +171,7 @@ class App:
         self._sweeping: asyncio.Future[None] | None = None
         self.lock: Any = None         # statedir.StateLock, held while serving with state
         self.stop_error: str | None = None   # why stop() failed (the final save): exit 1
+        self.hosts: Any = None        # hosts.Hosts: the imports of other hosts' trees
 
     def _make_registry(self) -> Any:
         from .registry.registry import Registry
@@ -188,7 +198,9 @@ class App:
         return None
 
     def _configs(self) -> tuple[ServerConfig, ServerConfig]:
-        """The server config for Unix sockets, and the one for TCP listeners."""
+        """The server config for Unix sockets, and the one for TCP listeners (plain or TLS).
+        A non-loopback listener needs --listen-any and a way to tell who is there: the
+        shared secret, or for a tls! one, client certificates (--tls-client-ca)."""
         opts = self.opts
         config = ServerConfig(msize=opts.msize, max_fids=opts.max_fids,
                               max_inflight=opts.max_inflight, max_held=opts.max_held,
@@ -196,14 +208,32 @@ class App:
         if opts.auth_secret:
             from .serve.auth import Authenticator, load_secret
             return config, replace(config, auth=Authenticator(load_secret(opts.auth_secret)))
-        far = [a for a in self.addrs if a.kind == "tcp" and not a.is_loopback()]
+        mtls = bool(opts.tls_client_ca)
+        far = [a for a in self.addrs if a.is_tcp and not a.is_loopback()
+               and not (a.kind == "tls" and mtls)]
         if far:
             raise ValueError(f"{far[0]}: a non-loopback listener needs --listen-any and "
-                             "--auth-secret FILE")
+                             "--auth-secret FILE" + (" (or tls! with --tls-client-ca FILE)"
+                                                     if far[0].kind == "tls" else ""))
         for a in self.addrs:
-            if a.kind == "tcp":
+            if a.kind == "tcp" or (a.kind == "tls" and not mtls):
                 log.warning("%s: no --auth-secret: any local user can connect", a)
         return config, config
+
+    def _tls_context(self) -> Any:
+        """The tls! listeners' context, or None when there are none."""
+        opts = self.opts
+        if not any(a.kind == "tls" for a in self.addrs):
+            if opts.tls_cert or opts.tls_client_ca:
+                log.warning("--tls-cert/--tls-client-ca given but no tls!HOST!PORT address")
+            return None
+        if not (opts.tls_cert and opts.tls_key):
+            raise ValueError("a tls! address needs --tls-cert FILE and --tls-key FILE")
+        from .serve.tls import TLSError, server_context
+        try:
+            return server_context(opts.tls_cert, opts.tls_key, opts.tls_client_ca)
+        except TLSError as e:
+            raise ValueError(str(e)) from None
 
     async def start(self) -> None:
         self._catch_signals()  # a SIGTERM from here on stops the server cleanly, even one
@@ -217,6 +247,11 @@ class App:
         opts = self.opts
         raise_fd_limit()
         unix_config, tcp_config = self._configs()
+        tls_context = self._tls_context()
+        specs: list[Any] = []
+        if opts.imports:
+            from .hosts.imports import Spec
+            specs = [Spec.parse(i) for i in opts.imports]     # ValueError: a bad --import
         self.runner, tool_uid = self._make_runner()
         state = self._state_dir()
         work = self._work_dir(state, tool_uid)   # proves the state directory ours, too
@@ -236,6 +271,7 @@ class App:
                             status=getattr(self.runner, "status_text", None),
                             searcher=self.searcher)
         self._start_calls()
+        self._start_hosts(specs, state)
         self.gate = Gate(opts.max_conns, opts.max_conns_per_peer, self._peer_check)
 
         def factory(config: ServerConfig) -> Any:
@@ -245,12 +281,13 @@ class App:
         self._factory, self._unix_config = factory, unix_config
         for i, a in enumerate(self.addrs):
             f = factory(unix_config if a.kind == "unix" else tcp_config)
-            srv = await listen(a, f, allow_nonloopback=opts.listen_any)
+            srv = await listen(a, f, allow_nonloopback=opts.listen_any, ssl=tls_context)
             self.servers.append(srv)
             if a.kind == "unix":
                 self.unix_paths.append(a.path)
             elif a.port == 0 and srv.sockets:       # tcp!host!0: say the port we got
-                self.addrs[i] = dial.Addr("tcp", host=a.host, port=srv.sockets[0].getsockname()[1])
+                self.addrs[i] = dial.Addr(a.kind, host=a.host,
+                                          port=srv.sockets[0].getsockname()[1])
         if self.lock is not None:                   # the addresses, a port 0 resolved
             self.lock.update([str(a) for a in self.addrs])
         # Serving already.  Now the launcher (a process of its own: started sooner, it takes
@@ -370,6 +407,23 @@ class App:
         self.calls = Calls(self)
         self.fs.agent_files = self.calls
 
+    def _start_hosts(self, specs: list[Any], state: str | None) -> None:
+        """The imports (toolsrv/hosts): their tools join the registry as they answer.  With
+        none to make (no --import, none kept in the state), made on the first hosts/ctl
+        write (ctlfile.Lazy)."""
+        from .hosts.ctlfile import STATE_FILE, Lazy, hosts_dir
+
+        def make() -> Any:
+            from .hosts.hosts import Hosts
+            hosts = Hosts(self.registry, specs, state)
+            hosts.start()
+            return hosts
+        kept = state is not None and os.path.exists(os.path.join(state, STATE_FILE))
+        self.hosts = make() if specs or kept else Lazy(make)
+        self.fs.add_root(hosts_dir(self.fs, self.hosts))
+        self.store.on_remove_agent.append(lambda a: self.hosts.forget(
+            a, self.store.sessions.get(a.session.name) is not a.session))
+
     def _trace(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
@@ -395,6 +449,8 @@ class App:
             p.close()
             if p.conn is not None:
                 p.conn.hangup()
+        if self.hosts is not None:
+            await self.hosts.close()
         if self.calls is not None:
             await self.calls.close()
         if self.runner is not None:

@@ -69,7 +69,10 @@ class Client:
 
     @classmethod
     def connect(cls, addr: str | dial.Addr | None = None, timeout: float | None = None,
-                **kw: Any) -> "Client":
+                tls: Any = None, **kw: Any) -> "Client":
+        """Dial addr (unix!, tcp! or tls!; tls: a serve.tls.ClientTLS, else the
+        $TOOLSRV_TLS_* environment) and attach.  A TCP secret comes from
+        $TOOLSRV_SECRET_FILE unless given."""
         a = dial.default_addr() if addr is None else (
             addr if isinstance(addr, dial.Addr) else dial.parse(addr))
         if a.kind == "unix":
@@ -85,17 +88,30 @@ class Client:
             s.close()
             raise
         s.settimeout(None)
-        if a.kind == "tcp" and "secret" not in kw and os.environ.get("TOOLSRV_SECRET_FILE"):
+        sock: Any = s
+        if a.kind == "tls":
+            from ..serve.tls import ClientTLS, TLSSocket
+            try:
+                sock = TLSSocket(s, (tls or ClientTLS.from_env()).context(), a.host, str(a),
+                                 timeout)
+            except BaseException:
+                s.close()
+                raise
+        if a.is_tcp and "secret" not in kw and os.environ.get("TOOLSRV_SECRET_FILE"):
             from ..serve.auth import load_secret
             kw["secret"] = load_secret(os.environ["TOOLSRV_SECRET_FILE"])
         try:
-            return cls(s, **kw)
-        except BaseException:
+            return cls(sock, **kw)
+        except BaseException as e:
             try:
-                s.shutdown(socket.SHUT_RDWR)     # wakes the reader thread, if it started
+                sock.shutdown(socket.SHUT_RDWR)   # wakes the reader thread, if it started
             except OSError:
                 pass
-            s.close()
+            sock.close()
+            if isinstance(e, ConnectionError) and a.kind == "tcp" and \
+                    str(e) == "server hung up":
+                raise ConnectionError(f"{a}: the server hung up before answering Tversion "
+                                      f"(if it serves TLS, dial tls!{a.host}!{a.port})") from None
             raise
 
     # -- wire --

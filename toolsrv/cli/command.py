@@ -2,6 +2,7 @@
 
     toolsrv serve [-a ADDR]... [--tools PATH[:PATH]] [--state DIR] [-D]
     toolsrv ls [-l] | read | write | rdwr [DATA] | stat | mkdir | rm  [-a ADDR] PATH
+        (a tls!HOST!PORT address: [--tls-ca FILE] [--tls-cert FILE --tls-key FILE])
     toolsrv call [--cwd DIR] SESSION AGENT TOOL JSON
     toolsrv search [-n LIMIT] WORDS...   (the tools that fit a need: tools/search)
     toolsrv sandbox check [PROFILE]      toolsrv approve [--allow TOOL...]
@@ -32,6 +33,25 @@ if TYPE_CHECKING:
 def _addr_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("-a", "--addr", default=os.environ.get("TOOLSRV_ADDR"),
                    help="dial string (default unix!$NAMESPACE/toolsrv or $TOOLSRV_ADDR)")
+    _tls_args(p)
+
+
+def _tls_args(p: argparse.ArgumentParser) -> None:
+    """A client's TLS options, for a tls!HOST!PORT address (serve/tls.py)."""
+    p.add_argument("--tls-ca", metavar="FILE", help="trust the CA in this PEM file for a "
+                   "tls! address (default $TOOLSRV_TLS_CA, else the system's store)")
+    p.add_argument("--tls-cert", metavar="FILE", help="show this client certificate "
+                   "(mutual TLS; default $TOOLSRV_TLS_CERT)")
+    p.add_argument("--tls-key", metavar="FILE", help="the key of --tls-cert "
+                   "(default $TOOLSRV_TLS_KEY)")
+
+
+def client_tls(args: Any) -> Any:
+    """The TLS a client verb dials a tls! address with: its flags, else the environment."""
+    from ..serve.tls import ClientTLS
+    return ClientTLS.from_env(ca=getattr(args, "tls_ca", None),
+                              cert=getattr(args, "tls_cert", None),
+                              key=getattr(args, "tls_key", None))
 
 
 VERBS = ("serve", "ls", "read", "write", "rdwr", "stat", "mkdir", "rm", "call", "search",
@@ -101,6 +121,7 @@ def _mcp_parser(m: argparse.ArgumentParser) -> None:
     m.add_argument("-a", "--addr", default=os.environ.get("TOOLSRV_ADDR"),
                    help="the toolsrv to use (default unix!$NAMESPACE/toolsrv or "
                    "$TOOLSRV_ADDR); when nothing answers there, one is served in process")
+    _tls_args(m)
     m.add_argument("--session", metavar="ID", help="use this session, made when missing and "
                    "kept (default: one per MCP connection, named after the client and its "
                    "pid, removed when it ends)")
@@ -256,7 +277,16 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--revwait-timeout",), dict(type=float, default=60.0)),
     (("--auth-secret",), dict(metavar="FILE", help="TCP clients must prove this shared secret "
                               "(9P Tauth); a mode-600 file of at least 16 bytes; required "
-                              "with --listen-any")),
+                              "with --listen-any (but for tls! under --tls-client-ca)")),
+    (("--tls-cert",), dict(metavar="FILE", help="the PEM certificate (chain) of the "
+                           "tls!HOST!PORT listeners")),
+    (("--tls-key",), dict(metavar="FILE", help="the PEM key of --tls-cert")),
+    (("--tls-client-ca",), dict(metavar="FILE", help="mutual TLS: tls! clients must show a "
+                                "certificate this CA signed; its subject names the peer")),
+    (("--import",), dict(dest="imports", metavar="NAME=ADDR[,ca=F,cert=F,key=F,secret=F]",
+                         action="append", default=[], help="serve the tools of the toolsrv "
+                         "at ADDR as NAME.TOOL, its calls run there (repeatable; "
+                         "doc/hosts.md)")),
     *[((flag,), dict(type=typ, default=default, help=f"{what} (default {default})",
                      group=_LIMITS)) for flag, typ, default, what in [
         ("--max-conns", int, 512, "connections, server-wide"),
@@ -369,7 +399,9 @@ def serve_options(args: Any) -> Any:
                    max_agents=args.max_agents, max_queued=args.max_queued,
                    max_args=args.max_args, warm=not args.no_warm,
                    max_run_memory=args.max_run_memory, max_run_pids=args.max_run_pids,
-                   max_warm_memory=args.max_warm_memory)
+                   max_warm_memory=args.max_warm_memory, tls_cert=args.tls_cert,
+                   tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
+                   imports=args.imports)
 
 
 def serve(args: Any) -> int:
@@ -377,6 +409,9 @@ def serve(args: Any) -> int:
     # classes, the registry) lives on, and the collector's passes over it took 3-5 ms
     # before the first request could be answered.  It resumes once started (below).
     gc.disable()
+    if args.tls_cert or any(a.startswith("tls!") for a in args.addr) or \
+            any("=tls!" in i for i in args.imports):
+        import ssl  # noqa: F401  (serving TLS: asyncio imports it as usual)
     import_asyncio_without_ssl()
     import asyncio
 
@@ -467,7 +502,7 @@ def _fmt_mode(mode: int) -> str:
 def client_verb(args: Any) -> int:
     from .client import Client, ClientError
     try:
-        c = Client.connect(args.addr)
+        c = Client.connect(args.addr, tls=client_tls(args))
     except (OSError, ValueError, ClientError) as e:   # refused: uid, limit, secret
         where = args.addr or str(dial.default_addr())
         print(f"toolsrv: cannot connect to {where}: {e}", file=sys.stderr)

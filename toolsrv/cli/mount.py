@@ -42,6 +42,10 @@ def find_9pfuse() -> str | None:
 
 def mount(addr: str, mountpoint: str, wait: float = 10.0) -> str:
     """Mount addr on mountpoint with 9pfuse; returns the mountpoint."""
+    if addr.startswith("tls!"):
+        raise RuntimeError(f"toolsrv: cannot mount {addr}: 9pfuse speaks no TLS; mount a "
+                           "unix! address of a server on this host (one that imports the "
+                           "far one: doc/hosts.md)")
     exe = find_9pfuse()
     if exe is None:
         raise RuntimeError(HOWTO)

@@ -113,11 +113,19 @@ async def _main(args: Any, http: Any) -> int:
         return await _serve(args, (nine, addr, local), streams, None)
 
 
+def _tls(args: Any) -> Any:
+    """The TLS of a tls! address: --tls-ca/--tls-cert/--tls-key, else $TOOLSRV_TLS_*."""
+    from ..serve.tls import ClientTLS
+    return ClientTLS.from_env(ca=getattr(args, "tls_ca", None),
+                              cert=getattr(args, "tls_cert", None),
+                              key=getattr(args, "tls_key", None))
+
+
 async def _connect(args: Any) -> tuple[NineP, str, Local | None]:
     """The 9P connection: to ADDR, or to a server started here when nothing answers."""
     addr = args.addr or str(dial.default_addr())
     try:
-        return await NineP.connect(addr), addr, None
+        return await NineP.connect(addr, tls=_tls(args)), addr, None
     except OSError as e:
         if not nothing_answers(e) or args.no_standalone:
             raise
@@ -138,7 +146,7 @@ async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
     nine, addr, local = got
 
     async def redial() -> NineP:
-        return await NineP.connect(addr)
+        return await NineP.connect(addr, tls=_tls(args) if local is None else None)
     face = Face(redial, only=_names(args.tools), search=args.search, session=args.session,
                 agent=args.agent, cwd=os.path.abspath(args.cwd) if args.cwd else None,
                 where=addr)

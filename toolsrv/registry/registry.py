@@ -100,6 +100,9 @@ class Registry:
         self._subscribers: list[Callable[[int], None]] = []
         self._movers: list[Callable[[str], None]] = []  # told each name whose Tool moved
         self._follower: Follower | None = None
+        self._remote: dict[str, dict[str, Tool]] = {}   # source -> the tools it serves
+        self._remote_errors: dict[str, list[tuple[str, str]]] = {}   # source -> lines
+        self._held: dict[str, Tool] = {}    # a source's tools while it is unreachable
 
     # --- what is served ---------------------------------------------------------------
 
@@ -114,8 +117,12 @@ class Registry:
         return list(self._error_lines()[0])
 
     def get(self, name: str) -> Tool | None:
-        """The visible tool `name`, or None (unknown, hidden, broken, no command)."""
-        return self._tools.get(name)
+        """The visible tool `name`, or None (unknown, hidden, broken, no command); or a
+        tool of an import that is unreachable now, not listed, whose calls say why."""
+        t = self._tools.get(name)
+        if t is None and self._held:
+            return self._held.get(name)
+        return t
 
     def names(self) -> list[str]:
         """The visible tools' names, sorted (a copy)."""
@@ -142,9 +149,56 @@ class Registry:
         if self._errors is None:
             errs = [e for errors in self._erring.values() for e in errors]
             errs += self._dir_errors.items()
+            errs += [e for lines in self._remote_errors.values() for e in lines]
             errs.sort()
             self._errors = errs, "".join(f"{one_line(f)}\t{one_line(r)}\n" for f, r in errs)
         return self._errors
+
+    def serve_remote(self, source: str, tools: Mapping[str, Tool],
+                     errors: list[tuple[str, str]], held: Mapping[str, Tool] | None = None
+                     ) -> bool:
+        """Serve `tools` as all that `source` (an import of another host: hosts/) serves,
+        in place of what it served before, with its tools/errors lines; bump the revision
+        when anything moved.  A name a local .meta serves stays the local tool's.  `held`:
+        the tools of a source gone unreachable, found by get() alone (an agent's loaded
+        tool stays, and its call fails with the reason) until the source serves again."""
+        for name in [n for n, t in self._held.items() if getattr(t, "source", None) == source]:
+            del self._held[name]
+        old = self._remote.get(source, {})
+        changed = False
+        for name in set(old) | set(tools):
+            was, now = old.get(name), tools.get(name)
+            local = self._entries.get(name)
+            if local is not None and local.tool is not None:
+                continue
+            if was is now or (was is not None and now is not None and
+                              was.meta_text == now.meta_text):
+                if now is not None:
+                    tools = {**tools, name: was}     # unchanged: the Tool served stays
+                continue
+            changed = True
+            if now is None:
+                self._tools.pop(name, None)
+            else:
+                self._tools[name] = now
+            self._names, self._index = None, None
+            for fn in self._movers:
+                fn(name)
+        self._remote[source] = dict(tools)
+        if not tools:
+            del self._remote[source]
+        for name, t in (held or {}).items():
+            if name not in self._tools:
+                self._held[name] = t
+        if self._remote_errors.get(source, []) != errors:
+            changed = True
+            self._errors = None
+            self._remote_errors[source] = list(errors)
+            if not errors:
+                del self._remote_errors[source]
+        if changed:
+            self._bump()
+        return changed
 
     # --- passes -----------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Dial strings and the Plan 9 namespace directory, as plan9port spells them.
 
     unix!/path/to/socket     tcp!host!port     (a bare path means unix!path)
+    tls!host!port            9P inside TLS (tls.py), host names verified
 
 The default address is unix!$NAMESPACE/toolsrv, where $NAMESPACE defaults to
 /tmp/ns.$USER.$DISPLAY (DISPLAY ":0" when unset), created mode 0700.
@@ -18,13 +19,19 @@ class Addr(Frozen):
     FIELDS = ("kind", "path", "host", "port")
 
     def __init__(self, kind: str, path: str = "", host: str = "", port: int = 0) -> None:
-        setfield(self, "kind", kind)            # "unix" or "tcp"
+        setfield(self, "kind", kind)            # "unix", "tcp" or "tls" (TCP with TLS)
         setfield(self, "path", path)
         setfield(self, "host", host)
         setfield(self, "port", port)
 
     def __str__(self) -> str:
-        return f"unix!{self.path}" if self.kind == "unix" else f"tcp!{self.host}!{self.port}"
+        return f"unix!{self.path}" if self.kind == "unix" else \
+            f"{self.kind}!{self.host}!{self.port}"
+
+    @property
+    def is_tcp(self) -> bool:
+        """True for TCP, plain or inside TLS."""
+        return self.kind in ("tcp", "tls")
 
     def is_loopback(self) -> bool:
         if self.kind == "unix":
@@ -47,15 +54,15 @@ def parse(s: str) -> Addr:
         return Addr("unix", path=s)
     if parts[0] == "unix" and len(parts) == 2 and parts[1]:
         return Addr("unix", path=parts[1])
-    if parts[0] == "tcp" and len(parts) == 3:
+    if parts[0] in ("tcp", "tls") and len(parts) == 3:
         try:
             port = int(parts[2])
         except ValueError:
             raise ValueError(f"bad port in address {s!r}") from None
         if not 0 <= port <= 65535 or not parts[1]:
             raise ValueError(f"bad host or port in address {s!r}")
-        return Addr("tcp", host=parts[1], port=port)
-    raise ValueError(f"bad address {s!r}: want unix!PATH or tcp!HOST!PORT")
+        return Addr(parts[0], host=parts[1], port=port)
+    raise ValueError(f"bad address {s!r}: want unix!PATH, tcp!HOST!PORT or tls!HOST!PORT")
 
 
 def namespace(env: dict[str, str] | None = None) -> str:

@@ -23,8 +23,8 @@ saying why (`resource busy: too many connections ...`, `permission denied:
 ...`), then the connection closes.
 
 `serve()` opens the listeners: a Unix socket (directory 0700, socket 0600,
-a stale socket file replaced, a live one refused) and optionally TCP, which
-must be loopback unless explicitly allowed.
+a stale socket file replaced, a live one refused) and optionally TCP, plain or
+inside TLS (tls.py), which must be loopback unless explicitly allowed.
 """
 from __future__ import annotations
 
@@ -52,15 +52,17 @@ REFUSED_LINGER = 5.0      # seconds a refused client has to send its first reque
 
 
 class Peer(Record):
-    """Who is on the other end: uid and pid (Unix sockets) or host (TCP)."""
-    FIELDS = ("kind", "uid", "pid", "host")
+    """Who is on the other end: uid and pid (Unix sockets) or host (TCP), and over TLS
+    the subject of the client's certificate, when it showed one (mutual TLS)."""
+    FIELDS = ("kind", "uid", "pid", "host", "subject")
 
     def __init__(self, kind: str, uid: int | None = None, pid: int | None = None,
-                 host: str | None = None) -> None:
+                 host: str | None = None, subject: str | None = None) -> None:
         self.kind = kind
         self.uid = uid
         self.pid = pid
         self.host = host
+        self.subject = subject
 
     @property
     def key(self) -> str:
@@ -69,6 +71,8 @@ class Peer(Record):
     def __str__(self) -> str:
         if self.kind == "unix":
             return f"unix peer uid {self.uid} pid {self.pid}"
+        if self.kind == "tls":
+            return f"tls peer {self.host}" + (f" cert {self.subject}" if self.subject else "")
         return f"tcp peer {self.host}"
 
 
@@ -83,7 +87,11 @@ def identify(transport: Any) -> Peer:
         except OSError:
             return Peer("unix")
     peer = transport.get_extra_info("peername")
-    return Peer("tcp", host=str(peer[0]) if peer else "?")
+    host = str(peer[0]) if peer else "?"
+    if transport.get_extra_info("ssl_object") is not None:
+        from .tls import subject
+        return Peer("tls", host=host, subject=subject(transport.get_extra_info("peercert")))
+    return Peer("tcp", host=host)
 
 
 class Gate(Record):
@@ -320,8 +328,8 @@ def _claim_unix_path(path: str) -> None:
 
 
 async def listen(addr: Addr, factory: Callable[[], asyncio.Protocol], *,
-                 allow_nonloopback: bool = False) -> asyncio.AbstractServer:
-    """Open one listener for a dial address."""
+                 allow_nonloopback: bool = False, ssl: Any = None) -> asyncio.AbstractServer:
+    """Open one listener for a dial address; a tls! one needs the server's TLS context."""
     loop = asyncio.get_running_loop()
     if addr.kind == "unix":
         ensure_private_dir(os.path.dirname(addr.path) or ".")
@@ -335,4 +343,10 @@ async def listen(addr: Addr, factory: Callable[[], asyncio.Protocol], *,
         return srv
     if not addr.is_loopback() and not allow_nonloopback:
         raise ValueError(f"{addr} is not a loopback address: pass --listen-any to allow it")
+    if addr.kind == "tls":
+        if ssl is None:
+            raise ValueError(f"{addr}: a TLS listener needs --tls-cert FILE and --tls-key FILE")
+        from .tls import HANDSHAKE_TIMEOUT
+        return await loop.create_server(factory, addr.host, addr.port, reuse_address=True,
+                                        ssl=ssl, ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
     return await loop.create_server(factory, addr.host, addr.port, reuse_address=True)

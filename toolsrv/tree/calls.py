@@ -207,6 +207,10 @@ class Scheduler:
 
     async def _slot_run(self, call: Call, tool: Any, profile_name: str) -> None:
         async with self.slots:
+            remote = getattr(tool, "remote", None)
+            if remote is not None:      # another host's tool (toolsrv/hosts): run there
+                await remote.run_call(call, tool)   # sets the outcome; nothing runs here
+                return
             # a tool may declare the profile it needs (client_9p: "client9p")
             declared = (getattr(tool, "extra", None) or {}).get("sandbox")
             try:

@@ -60,6 +60,10 @@ class ToolsrvFS:
     def q(self, *key: Any) -> int:
         return self.qids.path(key)
 
+    def add_root(self, node: Node) -> None:
+        """Serve node (made with this root as its parent) at the root: hosts/ (toolsrv/hosts)."""
+        self._fixed.append(node)
+
     def attach(self, uname: str, aname: str, conn: Any) -> Node:
         log.info("attach: conn %s uname %r aname %r", getattr(conn, "name", "?"), uname, aname)
         self.attaches.append((getattr(conn, "name", "?"), uname, aname))

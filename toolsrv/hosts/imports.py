@@ -1,0 +1,345 @@
+"""Imports: another host's toolsrv, its tools served here as NAME.TOOL, its calls run there.
+
+Theory of operation.  An `Import` is one remote, dialled with its own credentials
+(`Spec`: a dial string, and for it a CA, a client certificate and key, a shared-secret
+file).  Its task connects, reads the remote's revision, tools/index and each tool's
+meta, schema and prompt (remote.py makes RemoteTools of them) and hands the set to the
+registry (`serve_remote`), which bumps this server's revision when it moved; then it
+waits on the remote's `revwait` and loads again whenever the remote's revision moves.
+When the connection fails or the remote stops answering, its tools leave the registry,
+`tools/errors` says `NAME  unreachable at ADDR: why`, calls fail at once with that
+reason, and the task dials again after a back-off (BACKOFF_MIN doubling to BACKOFF_MAX).
+
+A call (calls.py hands a RemoteTool's call to `run_call`) runs on the remote under a
+session and agent of its own for each local agent: the session is FRONT-SESSION (FRONT
+is this server's id, hosts.py: its host name and a random part kept in the state, so
+two fronts never collide), the agent the local agent's name.  They are made once per
+connection, the tool loaded once, then the args go to its `call` file in one rdwr and the
+result, or the Rerror, comes back; `status`, `err` (and `out` after a failure) follow.
+Killing the local call (flush, cancel, unload, removal, shutdown) cancels the rdwr,
+which Tflushes it there: the remote kills its run.
+
+Bounded: every wait on the remote (DIAL_TIMEOUT, LOAD_TIMEOUT; a call, whose timeout is
+the remote's, by CALL_BOUND), every read (MAX_READ bytes a file), the number of tools
+(remote.MAX_TOOLS).  The remote only
+ever sends metadata and answers: nothing it sends names a local file or a local command.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from .. import errors as E
+from ..errors import P9Error
+from ..record import Record
+from ..registry.names import NAME_MAX, valid_name
+from ..serve import dial
+from .ninep import NineP, NinePError
+from .remote import MAX_TOOLS, BadRemoteTool, make
+
+log = logging.getLogger("toolsrv.hosts")
+
+DIAL_TIMEOUT = 20.0      # seconds to connect, handshake and attach
+LOAD_TIMEOUT = 60.0      # seconds to read the index and every tool's files
+REVWAIT_BOUND = 600.0    # a revwait read unanswered this long: ask again
+MAX_READ = 16 << 20      # bytes of one remote file (a call's result, out, err)
+CALL_BOUND = 3600.0      # seconds a remote call may go unanswered (its own timeout is there)
+BACKOFF_MIN, BACKOFF_MAX = 0.5, 30.0
+STATES = ("ok", "exit", "timeout", "killed", "invalid", "refused", "error", "failed")
+
+
+class Spec(Record):
+    """What to import: NAME=ADDR[,ca=FILE][,cert=FILE][,key=FILE][,secret=FILE]."""
+    FIELDS = ("name", "addr", "ca", "cert", "key", "secret")
+
+    def __init__(self, name: str, addr: str, ca: str | None = None, cert: str | None = None,
+                 key: str | None = None, secret: str | None = None) -> None:
+        self.name, self.addr = name, addr
+        self.ca, self.cert, self.key, self.secret = ca, cert, key, secret
+
+    @classmethod
+    def parse(cls, text: str) -> "Spec":
+        """A --import value; raises ValueError saying what is wrong."""
+        name, eq, rest = text.partition("=")
+        if not eq:
+            raise ValueError(f"--import {text!r}: want NAME=ADDR[,ca=FILE,cert=FILE,"
+                             "key=FILE,secret=FILE]")
+        addr, *opts = rest.split(",")
+        kw: dict[str, str] = {}
+        for o in opts:
+            k, eq, v = o.partition("=")
+            if k not in ("ca", "cert", "key", "secret") or not eq or not v:
+                raise ValueError(f"--import {name}: bad option {o!r} (ca=, cert=, key=, "
+                                 "secret=FILE)")
+            kw[k] = v
+        return cls.checked(name, addr, **kw)
+
+    @classmethod
+    def checked(cls, name: str, addr: str, **kw: str | None) -> "Spec":
+        if not valid_name(name) or "." in name or len(name) > NAME_MAX // 2:
+            raise ValueError(f"bad import name {name[:40]!r}: letters, digits, '_' and '-', "
+                             f"at most {NAME_MAX // 2}")
+        a = dial.parse(addr)                      # ValueError naming what is wrong
+        if (kw.get("cert") is None) != (kw.get("key") is None):
+            raise ValueError(f"--import {name}: cert= and key= go together")
+        return cls(name, str(a), **kw)
+
+
+class RemoteResult(Record):
+    """What the remote's call left: as a RunResult reads to calls.py and toolfile.py."""
+    FIELDS = ("stdout", "stderr", "exit_code", "truncated", "signal", "error", "timed_out",
+              "cancelled")
+
+    def __init__(self, stdout: bytes = b"", stderr: bytes = b"",
+                 exit_code: int | None = None) -> None:
+        self.stdout, self.stderr, self.exit_code = stdout, stderr, exit_code
+        self.truncated = self.signal = self.error = None
+        self.timed_out = self.cancelled = False
+
+
+def remote_session(front: str, session: str) -> str:
+    """The remote session of a local one: FRONT-SESSION, or FRONT-HASH when too long."""
+    name = f"{front}-{session}"
+    if len(name) <= NAME_MAX:
+        return name
+    import hashlib      # here: start-up imports nothing it does not need
+    return f"{front}-{hashlib.sha256(session.encode()).hexdigest()[:32]}"
+
+
+class Import:
+    """One imported host: its connection, its tools in the registry, its calls."""
+
+    def __init__(self, spec: Spec, registry: Any, front: str) -> None:
+        self.spec, self.registry, self.front = spec, registry, front
+        self.nine: NineP | None = None
+        self.why = "not connected yet"
+        self.task: asyncio.Task | None = None
+        self.made: set[tuple[str, str]] = set()
+        self.loaded: set[tuple[str, str, str]] = set()
+        self.ntools = 0
+        self.served: dict[str, Any] = {}  # the tools last served: held while unreachable
+        self.came_up = False              # the last connection got as far as serving tools
+        self.cleanups: set[asyncio.Task] = set()   # removals of remote agents under way
+
+    @property
+    def source(self) -> str:
+        return f"import {self.spec.name}"
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.wait({self.task}, timeout=10)
+        if self.nine is not None:
+            self.nine.close()
+        self.registry.serve_remote(self.source, {}, [])
+
+    def status_line(self) -> str:
+        s = self.spec
+        state = f"up {self.ntools} tools" if self.nine is not None else f"down: {self.why}"
+        return f"{s.name} {s.addr} {state}\n"
+
+    # -- the connection --
+    async def _dial(self) -> NineP:
+        s = self.spec
+        tls = None
+        if s.addr.startswith("tls!"):
+            from ..serve.tls import ClientTLS
+            tls = ClientTLS.from_env(ca=s.ca, cert=s.cert, key=s.key)
+        secret = None
+        if s.secret:
+            from ..serve.auth import load_secret
+            secret = load_secret(s.secret)
+        nine = await NineP.connect(s.addr, secret=secret, uname=f"toolsrv-{self.front}",
+                                   tls=tls)
+        nine.max_read = MAX_READ
+        return nine
+
+    async def _run(self) -> None:
+        backoff = BACKOFF_MIN
+        while True:
+            nine = None
+            try:
+                nine = await asyncio.wait_for(self._dial(), DIAL_TIMEOUT)
+                log.info("%s: connected to %s", self.spec.name, self.spec.addr)
+                self.made, self.loaded = set(), set()
+                await self._follow(nine)
+            except asyncio.CancelledError:
+                raise
+            except asyncio.TimeoutError:
+                self._down("no answer in time")
+            except (OSError, NinePError, ValueError, EOFError) as e:
+                self._down(str(e) or type(e).__name__)
+            except Exception as e:            # a bug of ours: logged, and dialled again
+                log.exception("%s: import failed", self.spec.name)
+                self._down(f"{type(e).__name__}: {e}")
+            finally:
+                if nine is not None:
+                    nine.close()
+            backoff = BACKOFF_MIN if self.came_up else min(backoff * 2, BACKOFF_MAX)
+            self.came_up = False
+            await asyncio.sleep(backoff)
+
+    def _down(self, why: str) -> None:
+        was_up = self.nine is not None
+        self.nine, self.ntools = None, 0
+        self.why = " ".join(why.split())[:200]
+        if was_up:
+            log.warning("%s: lost %s: %s", self.spec.name, self.spec.addr, self.why)
+        self.registry.serve_remote(self.source, {}, [
+            (self.spec.name, f"unreachable at {self.spec.addr}: {self.why}")], self.served)
+
+    async def _follow(self, nine: NineP) -> None:
+        rev = await asyncio.wait_for(self._revision(nine, "revision", b""), LOAD_TIMEOUT)
+        await asyncio.wait_for(self._load(nine), LOAD_TIMEOUT)
+        self.nine, self.came_up = nine, True
+        while True:
+            try:
+                got = await asyncio.wait_for(self._revision(nine, "revwait", b"%d\n" % rev),
+                                             REVWAIT_BOUND)
+            except asyncio.TimeoutError:      # a remote with a longer revwait: ask again,
+                got = await asyncio.wait_for(self._revision(nine, "revision", b""),
+                                             LOAD_TIMEOUT)   # and fail if it is gone
+            if got != rev:
+                rev = got
+                await asyncio.wait_for(self._load(nine), LOAD_TIMEOUT)
+
+    @staticmethod
+    async def _revision(nine: NineP, path: str, data: bytes) -> int:
+        text = await (nine.rdwr(path, data) if data else nine.read(path))
+        try:
+            return int(text.strip()[:20])
+        except ValueError:
+            raise NinePError(f"{path}: not a revision") from None
+
+    async def _load(self, nine: NineP) -> None:
+        index = (await nine.read("tools/index")).decode("utf-8", "replace")
+        names = [line.split("\t", 1)[0] for line in index.splitlines() if line.strip()]
+        tools, errors = {}, []
+        if len(names) > MAX_TOOLS:
+            errors.append((self.spec.name, f"serves {len(names)} tools: only the first "
+                                           f"{MAX_TOOLS} are imported"))
+            names = names[:MAX_TOOLS]
+        for n in names:
+            try:
+                if not valid_name(n):
+                    raise BadRemoteTool(f"bad tool name {n[:40]!r}")
+                texts = await asyncio.gather(*(nine.read(f"tools/{n}/{f}")
+                                               for f in ("meta", "schema", "prompt")))
+                t = make(self.spec.name, n, self, self.spec.addr, *texts)
+                tools[t.name] = t
+            except (BadRemoteTool, NinePError) as e:
+                errors.append((f"{self.spec.name}.{n[:64]}", f"at {self.spec.addr}: {e}"))
+        self.ntools, self.served = len(tools), tools
+        self.registry.serve_remote(self.source, tools, errors)
+
+    # -- the remote's sessions --
+    def forget(self, agent: Any, whole: bool) -> None:
+        """The local agent is gone (its runs are killed already): remove its agent there,
+        and the remote session with the local one (`whole`); in the background, bounded."""
+        rs = remote_session(self.front, agent.session.name)
+        if (rs, agent.name) not in self.made or self.nine is None:
+            return
+        self.made.discard((rs, agent.name))
+        self.loaded = {x for x in self.loaded if x[:2] != (rs, agent.name)}
+        paths = [f"session/{rs}"] if whole else [f"session/{rs}/agent/{agent.name}"]
+        if whole:
+            self.made = {x for x in self.made if x[0] != rs}
+            self.loaded = {x for x in self.loaded if x[0] != rs}
+        task = asyncio.get_running_loop().create_task(self._remove(self.nine, paths))
+        self.cleanups.add(task)
+        task.add_done_callback(self.cleanups.discard)
+
+    async def _remove(self, nine: NineP, paths: list[str]) -> None:
+        for p in paths:
+            try:
+                await asyncio.wait_for(nine.remove(p), LOAD_TIMEOUT)
+            except (NinePError, OSError, asyncio.TimeoutError) as e:
+                log.info("%s: %s not removed there: %s", self.spec.name, p, e)
+
+    # -- calls --
+    def unreachable(self) -> str:
+        return f"{self.spec.name}: unreachable at {self.spec.addr}: {self.why}"
+
+    async def run_call(self, call: Any, tool: Any) -> None:
+        """Run `call` of `tool` on the remote; sets the call's result, state and reason."""
+        nine = self.nine
+        if nine is None or not nine.alive:
+            raise P9Error(f"input/output error: {self.unreachable()}")
+        a = call.agent
+        rs, ra = remote_session(self.front, a.session.name), a.name
+        base = f"session/{rs}/agent/{ra}"
+        try:
+            await asyncio.wait_for(self._ready(nine, base, rs, ra, tool.remote_name),
+                                   LOAD_TIMEOUT)
+        except NinePError as e:
+            raise P9Error(f"input/output error: {self.spec.name}: {e}") from None
+        except (OSError, asyncio.TimeoutError) as e:
+            raise P9Error(f"input/output error: {self.spec.name}: {e or 'no answer'}") from None
+        call.state, call.started = "running", time.monotonic()
+        a.note(f"call {call.tool} -> on {self.spec.addr} as {base}/tools/{tool.remote_name}")
+        path = f"{base}/tools/{tool.remote_name}"
+        await self._forward(nine, call, path)
+
+    async def _ready(self, nine: NineP, base: str, rs: str, ra: str, tool: str) -> None:
+        if (rs, ra) not in self.made:
+            await nine.mkdir(f"session/{rs}")
+            await nine.mkdir(f"{base}")
+            self.made.add((rs, ra))
+        if (rs, ra, tool) not in self.loaded:
+            await nine.write(f"{base}/ctl", f"tool_load {tool}\n".encode())
+            self.loaded.add((rs, ra, tool))
+
+    async def _forward(self, nine: NineP, call: Any, path: str) -> None:
+        forward = asyncio.ensure_future(nine.rdwr(f"{path}/call", call.stdin or b"{}"))
+        killer = asyncio.ensure_future(call.kill.wait())
+        try:
+            await asyncio.wait({forward, killer}, return_when=asyncio.FIRST_COMPLETED,
+                               timeout=CALL_BOUND)
+        finally:
+            killer.cancel()
+            if not forward.done():
+                forward.cancel()              # a Tflush: the remote kills its run
+        if not forward.done() or forward.cancelled():
+            await asyncio.wait({forward}, timeout=5)
+            call.result = RemoteResult()
+            if call.kill.is_set():
+                call.state, call.reason = "killed", E.ECANCELLED
+            else:
+                call.state = "timeout"
+                call.reason = f"timeout after {CALL_BOUND:g}s: {self.spec.name} did not answer"
+            return
+        try:
+            out, reason = forward.result(), None
+        except NinePError as e:
+            out, reason = None, " ".join(str(e).split())[:240]
+        except (OSError, EOFError) as e:
+            call.result = RemoteResult()
+            call.state = "failed"
+            call.reason = f"input/output error: {self.spec.name} at {self.spec.addr}: " \
+                          f"{e or 'hung up'} during the call"
+            return
+        await self._finish(nine, call, path, out, reason)
+
+    async def _finish(self, nine: NineP, call: Any, path: str, out: bytes | None,
+                      reason: str | None) -> None:
+        async def fetch(f: str) -> bytes:
+            try:
+                return await asyncio.wait_for(nine.read(f"{path}/{f}"), LOAD_TIMEOUT)
+            except (NinePError, OSError, asyncio.TimeoutError):
+                return b""
+        status, err = await asyncio.gather(fetch("status"), fetch("err"))
+        if out is None:
+            out = await fetch("out")
+        words = status.decode("utf-8", "replace").split()
+        state = words[0].rstrip(":") if words else ""
+        code = None
+        if state == "exit" and len(words) > 1 and words[1].isdigit():
+            code = int(words[1])
+        call.result = RemoteResult(out, err, 0 if state == "ok" else code)
+        call.state = state if state in STATES else ("ok" if reason is None else "failed")
+        call.reason = reason

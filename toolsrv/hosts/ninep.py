@@ -1,0 +1,410 @@
+"""An asyncio 9P2000 client: the MCP face's one connection to the tree, and an import's
+connection to another host's toolsrv (imports.py).
+
+Theory of operation.  `NineP` is an asyncio Protocol over one Unix or TCP socket.  Every
+request gets a tag from a free list and a future; the protocol's data_received feeds
+proto's Framer and resolves the future of each reply's tag.  Sending never awaits
+(transport.write), so a request can be sent, and flushed, from any point, including the
+cancellation of the task that waits for it: that is what makes MCP cancellation a 9P
+Tflush.  `rpc` awaits one reply; when the awaiting task is cancelled it writes
+Tflush(oldtag) at once, without awaiting, and the old tag stays reserved until the
+Rflush comes (flush(5): a tag is not reused before its flush is answered); a reply to the
+flushed request that arrives first is dropped.  `rdwr` sends walk, open, write and the
+first read in one write, as the CLI's client does, and clunks without waiting.
+
+Invariants: a tag is in `_waiting` from its send until its reply (or its flush's reply);
+a hang-up fails every waiting future with ConnectionError and every later request at
+once; Rerror raises NinePError(ename), the server's Plan 9 string as it was sent.
+"""
+from __future__ import annotations
+
+import asyncio
+import getpass
+import os
+from typing import Any
+
+from toolsrv.proto import (
+    DMDIR, DMTMP, IOHDRSZ, MAXWELEM, NOFID, NOTAG, OREAD, ORDWR, OTRUNC, OWRITE, Framer, Malformed,
+    ProtocolError, Rerror, Tattach, Tauth, Tclunk, Tcreate, Tflush, Topen, Tread, Tremove,
+    Tversion, Twalk, Twrite, encode, replace,
+)
+
+from ..serve import dial
+
+MSIZE = 65536 + IOHDRSZ
+
+
+class NinePError(Exception):
+    """The server answered Rerror; str(e) is its error string."""
+
+
+class NineP(asyncio.Protocol):
+    """One 9P connection; make it with `await NineP.connect(addr)`."""
+
+    def __init__(self) -> None:
+        self.transport: Any = None
+        self.framer = Framer(MSIZE)
+        self.msize = MSIZE
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._free_tags = list(range(1, 8192))[::-1]
+        self._free_fids: list[int] = []
+        self._next_fid = 1
+        self.dead: BaseException | None = None
+        self._later: list[bytes] = []       # clunks not yet written (clunk_nowait)
+        self.lost = asyncio.get_running_loop().create_future()   # set when it hangs up
+        self.max_read: int | None = None    # bytes one file's read may bring; None: any
+
+    # -- the connection --
+    @classmethod
+    async def connect(cls, addr: str | dial.Addr, secret: bytes | None = None,
+                      uname: str | None = None, tls: Any = None) -> "NineP":
+        """Dial, negotiate the version, authenticate (TCP with a secret) and attach; a tls!
+        address with `tls` (a serve.tls.ClientTLS; default: $TOOLSRV_TLS_*).
+        Raises OSError when nothing answers, NinePError when the server refuses."""
+        a = addr if isinstance(addr, dial.Addr) else dial.parse(addr)
+        loop = asyncio.get_running_loop()
+        if a.kind == "unix":
+            _, proto = await loop.create_unix_connection(cls, a.path)
+        elif a.kind == "tls":
+            from ..serve import tls as tlsmod
+            ctx = (tls or tlsmod.ClientTLS.from_env()).context()
+            try:
+                _, proto = await loop.create_connection(
+                    cls, a.host, a.port, ssl=ctx, server_hostname=a.host,
+                    ssl_handshake_timeout=tlsmod.HANDSHAKE_TIMEOUT)
+            except (ConnectionRefusedError, FileNotFoundError):
+                raise
+            except OSError as e:        # ssl.SSLError is one; so is a handshake timeout
+                raise tlsmod.handshake_error(e, str(a)) from None
+        else:
+            _, proto = await loop.create_connection(cls, a.host, a.port)
+        if a.is_tcp:
+            if secret is None and os.environ.get("TOOLSRV_SECRET_FILE"):
+                from ..serve.auth import load_secret
+                secret = load_secret(os.environ["TOOLSRV_SECRET_FILE"])
+        try:
+            await proto._start(uname or getpass.getuser(), secret)
+        except BaseException as e:
+            proto.close()
+            if a.kind == "tls" and type(e) is ConnectionError:   # hung up before Rversion
+                from ..serve.tls import no_answer
+                raise no_answer(str(a)) from None
+            raise
+        return proto
+
+    async def _start(self, uname: str, secret: bytes | None) -> None:
+        r = await self._request(lambda tag: Tversion(NOTAG, MSIZE, "9P2000"), NOTAG)
+        if getattr(r, "version", None) != "9P2000":
+            raise NinePError(f"server speaks {getattr(r, 'version', r)!r}, not 9P2000")
+        self.msize = self.framer.msize = r.msize
+        afid = NOFID
+        if secret:
+            from ..serve.auth import answer
+            afid = self.newfid()
+            await self.rpc(Tauth(0, afid, uname, ""))
+            challenge = (await self.rpc(Tread(0, afid, 0, 256))).data
+            await self.rpc(Twrite(0, afid, 0, answer(secret, challenge, uname, "")))
+        await self.rpc(Tattach(0, 0, afid, uname, ""))
+        if afid != NOFID:
+            self.clunk_nowait(afid)
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            msgs = self.framer.feed(data)
+        except ProtocolError as e:
+            self._hangup(ConnectionError(f"broken reply from the server: {e}"))
+            self.transport.close()
+            return
+        for m in msgs:
+            f = self._waiting.pop(m.tag, None)
+            if m.tag != NOTAG:
+                self._free_tags.append(m.tag)
+            if f is not None and not f.done():
+                f.set_result(m)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._hangup(ConnectionError(f"toolsrv hung up{f': {exc}' if exc else ''}"))
+
+    def _hangup(self, e: BaseException) -> None:
+        if self.dead is None:
+            self.dead = e
+        for f in self._waiting.values():
+            if not f.done():
+                f.set_exception(e)
+                f.exception()    # retrieved: a clunk or flush nobody awaits logs nothing
+        self._waiting.clear()
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.dead is None
+
+    # -- requests --
+    def _send(self, make: Any, tag: int | None = None) -> tuple[int, asyncio.Future[Any]]:
+        """Write make(tag) now; the future of its reply."""
+        return self._send_many([make], tag)[0]
+
+    def _send_many(self, makers: list[Any], tag: int | None = None
+                   ) -> list[tuple[int, asyncio.Future[Any]]]:
+        """Write every maker(tag) in one write (pipelined); each one's tag and future."""
+        if self.dead is not None:
+            raise ConnectionError(str(self.dead))
+        if len(self._free_tags) < len(makers):
+            raise ConnectionError("too many requests in flight")
+        loop, out, data = asyncio.get_running_loop(), [], self._later
+        self._later = []
+        for make in makers:
+            t = self._free_tags.pop() if tag is None else tag
+            f: asyncio.Future[Any] = loop.create_future()
+            self._waiting[t] = f
+            out.append((t, f))
+            data.append(encode(make(t)))
+        self.transport.write(b"".join(data))
+        return out
+
+    async def _request(self, make: Any, tag: int | None = None) -> Any:
+        tag, f = self._send(make, tag)
+        return await self._wait(tag, f)
+
+    async def _wait(self, tag: int, f: asyncio.Future[Any]) -> Any:
+        try:
+            r = await asyncio.shield(f)
+        except asyncio.CancelledError:
+            self.flush(tag, f)
+            raise
+        if isinstance(r, Rerror):
+            raise NinePError(r.ename)
+        if isinstance(r, Malformed):
+            raise NinePError(f"unreadable reply: {r.why}")
+        return r
+
+    def flush(self, tag: int, f: asyncio.Future[Any]) -> None:
+        """Tflush the request of `tag` unless it was answered; never awaits.  The tag is
+        held (a placeholder waits on it) until the Rflush, which frees both tags."""
+        if f.done() or self.dead is not None or tag == NOTAG:
+            return
+        held = self._waiting[tag] = asyncio.get_running_loop().create_future()  # drops
+        try:                                                                   # the reply
+            _, flushed = self._send(lambda t: Tflush(t, tag))
+        except ConnectionError:
+            return
+
+        def release(_: Any) -> None:     # no reply to the flushed request came before it
+            if self._waiting.get(tag) is held:
+                del self._waiting[tag]
+                self._free_tags.append(tag)
+        flushed.add_done_callback(release)
+
+    async def rpc(self, msg: Any) -> Any:
+        """Send msg (its tag replaced) and return the reply; Rerror raises NinePError."""
+        return await self._request(lambda tag: replace(msg, tag=tag))
+
+    # -- fids --
+    def newfid(self) -> int:
+        if self._free_fids:
+            return self._free_fids.pop()
+        self._next_fid += 1
+        return self._next_fid
+
+    def clunk_nowait(self, fid: int) -> None:
+        """Clunk without waiting: the server forgets the fid whatever it answers.  The
+        Tclunk is written with the next request, or once this turn of the loop ends,
+        whichever comes first: a call's answer goes back to the MCP client before the
+        clunk costs a write (and a wake-up of the server)."""
+        if self.dead is not None or not self._free_tags:
+            return
+        tag = self._free_tags.pop()
+        f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[tag] = f
+        f.add_done_callback(lambda _: self._free_fids.append(fid))
+        if not self._later:
+            asyncio.get_running_loop().call_soon(self._write_later)
+        self._later.append(encode(Tclunk(tag, fid)))
+
+    def _write_later(self) -> None:
+        data, self._later = self._later, []
+        if data and self.dead is None:
+            self.transport.write(b"".join(data))
+
+    async def walk(self, path: str) -> int:
+        names = tuple(p for p in path.split("/") if p not in ("", "."))
+        if len(names) > MAXWELEM:
+            raise NinePError(f"{path}: too deep for one walk")
+        fid = self.newfid()
+        try:
+            r = await self.rpc(Twalk(0, 0, fid, names))
+        except BaseException:
+            self._free_fids.append(fid)
+            raise
+        if len(r.wqid) != len(names):
+            self.clunk_nowait(fid)
+            raise NinePError(f"{path}: file not found")
+        return fid
+
+    async def _read_all(self, fid: int, offset: int = 0) -> bytes:
+        out = []
+        while True:
+            r = await self.rpc(Tread(0, fid, offset, self.msize - IOHDRSZ))
+            out.append(r.data)
+            offset += len(r.data)
+            if self.max_read is not None and offset > self.max_read:
+                raise NinePError(f"file too large: more than {self.max_read} bytes")
+            if len(r.data) < self.msize - IOHDRSZ:     # short: the end (toolsrv(4))
+                return b"".join(out)
+
+    async def _write_all(self, fid: int, data: bytes) -> None:
+        chunk, n = self.msize - IOHDRSZ, 0
+        while n < len(data) or not data:
+            r = await self.rpc(Twrite(0, fid, n, data[n:n + chunk]))
+            n += r.count
+            if r.count == 0:
+                return
+
+    # -- the verbs the face uses --
+    async def read(self, path: str) -> bytes:
+        """A whole file: walk, open and the first read in one write (one round trip for
+        a file shorter than a read), then reads to the end."""
+        names = tuple(p for p in path.split("/") if p not in ("", "."))
+        if len(names) > MAXWELEM:
+            raise NinePError(f"{path}: too deep for one walk")
+        chunk, fid = self.msize - IOHDRSZ, self.newfid()
+        sent = self._send_many([lambda t: Twalk(t, 0, fid, names),
+                                lambda t: Topen(t, fid, OREAD),
+                                lambda t: Tread(t, fid, 0, chunk)])
+        replies: list[Any] = []
+        try:
+            await self._replies(sent, replies)
+            walk, opened, first = replies
+            if isinstance(walk, Exception):
+                raise walk
+            if len(walk.wqid) != len(names):
+                raise NinePError(f"{path}: file not found")
+            for r in replies:
+                if isinstance(r, Exception):
+                    raise r
+            if len(first.data) < chunk:
+                return bytes(first.data)
+            return bytes(first.data) + await self._read_all(fid, len(first.data))
+        finally:
+            self._release(fid, replies, names)
+
+    def _release(self, fid: int, replies: list[Any], names: tuple[str, ...]) -> None:
+        """After a pipelined walk: clunk the fid, unless the walk's reply says the server
+        made none (a failed or partial walk); with no reply yet (cancelled), clunk."""
+        if replies and (isinstance(replies[0], Exception)
+                        or len(replies[0].wqid) != len(names)):
+            self._free_fids.append(fid)
+        else:
+            self.clunk_nowait(fid)
+
+    async def _replies(self, sent: list[tuple[int, asyncio.Future[Any]]],
+                       out: list[Any]) -> list[Any]:
+        """Every reply of a pipelined send, in order, into `out` as they come (an Rerror
+        as a NinePError); when cancelled, the requests not yet answered are flushed, and
+        `out` holds the replies had so far."""
+        for i, (tag, f) in enumerate(sent):
+            try:
+                out.append(await self._wait(tag, f))
+            except NinePError as e:
+                out.append(e)
+            except asyncio.CancelledError:
+                for t2, f2 in sent[i + 1:]:
+                    self.flush(t2, f2)
+                raise
+        return out
+
+    async def write(self, path: str, data: bytes) -> None:
+        fid = await self.walk(path)
+        try:
+            await self.rpc(Topen(0, fid, OWRITE | OTRUNC))
+            await self._write_all(fid, data)
+        finally:
+            self.clunk_nowait(fid)
+
+    async def rdwr(self, path: str, data: bytes) -> bytes:
+        """Write data and read the answer on the same fid: one round trip when it fits
+        one Twrite (walk, open, write and read pipelined).  Cancelled while waiting, the
+        outstanding requests are flushed, which for a `call` file kills the run."""
+        names = tuple(p for p in path.split("/") if p not in ("", "."))
+        chunk = self.msize - IOHDRSZ
+        if len(names) > MAXWELEM or len(data) > chunk:
+            return await self._rdwr_stepwise(path, data)
+        fid = self.newfid()
+        sent = self._send_many([lambda t: Twalk(t, 0, fid, names),
+                                lambda t: Topen(t, fid, ORDWR),
+                                lambda t: Twrite(t, fid, 0, data),
+                                lambda t: Tread(t, fid, 0, chunk)])
+        replies: list[Any] = []
+        try:
+            await self._replies(sent, replies)
+            walk, opened, wrote, first = replies
+            if isinstance(walk, Exception):
+                raise walk
+            if len(walk.wqid) != len(names):     # the rest failed for want of the fid
+                raise NinePError(f"{path}: file not found")
+            for r in replies:
+                if isinstance(r, Exception):
+                    raise r
+            if wrote.count < len(data):
+                await self._write_all_from(fid, data, wrote.count)
+                return await self._read_all(fid)
+            if len(first.data) < chunk:
+                return bytes(first.data)
+            return bytes(first.data) + await self._read_all(fid, len(first.data))
+        finally:
+            self._release(fid, replies, names)
+
+    async def _write_all_from(self, fid: int, data: bytes, n: int) -> None:
+        while n < len(data):
+            r = await self.rpc(Twrite(0, fid, n, data[n:n + self.msize - IOHDRSZ]))
+            if r.count == 0:
+                return
+            n += r.count
+
+    async def _rdwr_stepwise(self, path: str, data: bytes) -> bytes:
+        fid = await self.walk(path)
+        try:
+            await self.rpc(Topen(0, fid, ORDWR))
+            await self._write_all(fid, data)
+            return await self._read_all(fid)
+        finally:
+            self.clunk_nowait(fid)
+
+    async def mkdir(self, path: str, temporary: bool = False) -> bool:
+        """Make a session or agent directory; False when it exists already.  A
+        temporary session (DMTMP) is never saved to the server's state."""
+        parent, _, name = path.rstrip("/").rpartition("/")
+        fid = await self.walk(parent)
+        try:
+            await self.rpc(Tcreate(0, fid, name, DMDIR | (DMTMP if temporary else 0) | 0o755,
+                                   OREAD))
+        except NinePError as e:
+            if "exists" in str(e):
+                return False
+            raise
+        finally:
+            self.clunk_nowait(fid)
+        return True
+
+    async def remove(self, path: str) -> None:
+        fid = await self.walk(path)
+        try:
+            await self.rpc(Tremove(0, fid))
+        finally:
+            self._free_fids.append(fid)        # Tremove clunks, whatever it answers
+
+
+def nothing_answers(e: BaseException) -> bool:
+    """True when a dial failed because no server is there (no socket file, or nobody
+    listening on it): the case where `toolsrv mcp` serves in process instead."""
+    return isinstance(e, (FileNotFoundError, ConnectionRefusedError)) or (
+        isinstance(e, OSError) and e.errno in (2, 111))
+

@@ -1,0 +1,87 @@
+"""A tool another host serves, as this server's registry holds it: `NAME.TOOL`.
+
+Theory of operation.  An import (imports.py) reads the remote's tools/index and each
+tool's meta, schema and prompt, and makes a `RemoteTool` of them: a registry Tool whose
+texts are the remote's bytes as served (its variants were evaluated on its host), whose
+`remote` is the import that runs its calls, and which holds nothing this host acts on by
+itself.  What the remote sent is data only: the command is never resolved or run here
+(calls.py hands a tool with `remote` to its import), no resident or warm setting and no
+sandbox name is taken from it (`extra` stays empty), and no path in it is opened.  The
+schema is used as the local validator's input, which resolves no reference (jsonargs).
+
+Everything is checked and bounded before it is served: names (registry/names.py), each
+text's size (MAX_TEXT), and the fields' types; a tool that fails is left out and its
+reason is a tools/errors line.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..registry.names import NAME_MAX, valid_name
+from ..registry.resolve import Command, Tool
+
+MAX_TEXT = 1 << 20          # bytes of a remote tool's meta, schema or prompt
+MAX_TOOLS = 10000           # tools one import serves
+TIERS = ("hot", "warm", "cold")
+
+
+class BadRemoteTool(ValueError):
+    """What is wrong with a tool the remote served."""
+
+
+def local_name(prefix: str, tool: str) -> str:
+    """NAME.TOOL, checked: both plain names, together short enough."""
+    if not valid_name(tool):
+        raise BadRemoteTool(f"bad tool name {tool[:40]!r}")
+    name = f"{prefix}.{tool}"
+    if len(name) > NAME_MAX:
+        raise BadRemoteTool(f"{name[:40]}...: name longer than {NAME_MAX} characters")
+    return name
+
+
+class RemoteTool(Tool):
+    """A Tool served by an import; `remote` is the import, `remote_name` its name there."""
+
+    def meta_json(self) -> dict[str, Any]:
+        return dict(self.__dict__["_meta"])
+
+
+def _str(meta: dict, key: str, default: str = "") -> str:
+    v = meta.get(key, default)
+    if not isinstance(v, str):
+        raise BadRemoteTool(f"meta field {key!r} is not a string")
+    return v
+
+
+def make(prefix: str, tool: str, remote: Any, where: str, meta_text: bytes,
+         schema_text: bytes, prompt_text: bytes) -> RemoteTool:
+    """The RemoteTool of the remote's three texts; raises BadRemoteTool."""
+    name = local_name(prefix, tool)
+    for what, text in (("meta", meta_text), ("schema", schema_text), ("prompt", prompt_text)):
+        if len(text) > MAX_TEXT:
+            raise BadRemoteTool(f"{what} longer than {MAX_TEXT} bytes")
+    try:
+        meta = json.loads(meta_text)
+        schema = json.loads(schema_text)
+        prompt = prompt_text.decode()
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRemoteTool(f"unreadable meta or schema: {str(e)[:80]}") from None
+    if not isinstance(meta, dict) or not isinstance(schema, dict):
+        raise BadRemoteTool("meta and schema must be JSON objects")
+    keywords = meta.get("keywords", [])
+    if not isinstance(keywords, list) or not all(isinstance(k, str) for k in keywords):
+        raise BadRemoteTool("meta field 'keywords' is not a list of strings")
+    tier = _str(meta, "tier", "hot")
+    t = object.__new__(RemoteTool)
+    t.__dict__.update(
+        name=name, file=f"{where} {tool}", dir="", description=_str(meta, "description"),
+        prompt=prompt, keywords=tuple(keywords), schema=schema,
+        tier=tier if tier in TIERS else "hot", read_only=meta.get("readOnly") is True,
+        scope=None, output_format=None, resets_counter=meta.get("resetsCounter") is True,
+        extra={}, command=Command("remote", (), "remote"), variant=None, cmd=None,
+        resident=None, remote=remote, remote_name=tool, source=remote.source,
+        meta_text=meta_text.decode("utf-8", "replace"),
+        schema_text=schema_text.decode("utf-8", "replace"), prompt_text=prompt,
+        _meta={**meta, "name": name, "host": where})
+    return t
