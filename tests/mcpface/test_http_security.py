@@ -274,6 +274,10 @@ def test_two_handshake_connections_with_one_name_share_nothing(server, tmp_path)
             assert "set" in a and "FOO=\n" in b and "secret-of-A" not in b, (extra, a, b)
         finally:
             f.stop()
+
+    def agents() -> list[str]:
+        with NineClient.connect(server.addr) as c:
+            return [e.name for e in c.ls("session/shared-by-config/agent")]
+    assert wait_for(lambda: agents() == [], 60), agents()     # its own: gone
     with NineClient.connect(server.addr) as c:
-        assert [e.name for e in c.ls("session/shared-by-config/agent")] == []  # its own: gone
         c.rm("session/shared-by-config")
