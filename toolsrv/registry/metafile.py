@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..record import Frozen, Record, setfield
+from .schemaref import REASON, outside_refs
 
 MAX_META_BYTES = 1 << 20
 TIERS = ("hot", "warm", "cold")
@@ -150,6 +151,7 @@ def _args(v: Any, where: str) -> dict[str, Any]:
     if not isinstance(v, dict):
         raise MetaError(f"{where}: must be an object (a JSON Schema), not {json_kind(v)}")
     check_schema(v, where)
+    check_refs(v, where)
     t = v.get("type", "object")
     if t != "object" and not (isinstance(t, list) and "object" in t):
         raise MetaError(f'{where}.type: must be "object" (a tool reads one JSON object '
@@ -369,6 +371,14 @@ def check_schema(schema: dict[str, Any], where: str = "args") -> None:
 
 
 _verdicts: dict[str, str | None] = {}
+
+
+def check_refs(schema: dict[str, Any], where: str = "args") -> None:
+    """Raise MetaError naming the first `$ref` that would not resolve inside the schema
+    (toolsrv never fetches one: schemaref.py)."""
+    outside = outside_refs(schema)
+    if outside:
+        raise MetaError(f"{where}: $ref to {outside[0]} {REASON}")
 
 
 def draft_key(uri: str) -> str:
