@@ -20,11 +20,9 @@ from __future__ import annotations
 import ast
 import asyncio
 import logging
-import marshal
 import math
 import os
 import pwd
-import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -44,9 +42,7 @@ DEFAULT_RUN_LIMITS = {"pids": 1024, "memory": 4 << 30}
 DRAIN_GRACE = 2.0  # seconds to reach EOF on the pipes after the run has ended or been killed
 STARTUP_ENV = ("LC_ALL", "LC_CTYPE", "LANG", "TZ")  # and PYTHON*: read by Python as it starts
 WARM_RETRY = 60.0  # seconds before an interpreter that failed to warm up is tried again
-MAX_COMPILED = 256 << 10  # bytes of a script the server compiles for its warm calls
 # the bytecode magic (importlib.util would cost the start-up 7 ms to import for this)
-_MAGIC = sys.modules["_frozen_importlib_external"].MAGIC_NUMBER.hex()
 log = logging.getLogger("toolsrv.warm")
 
 
@@ -146,8 +142,6 @@ class Runner:
         self._background: set[asyncio.Task[None]] = set()
         self._warm_broken: dict[str, tuple[float, str]] = {}  # kind -> (when, why)
         self._warm_said: set[str] = set()  # fallback reasons logged once
-        self._magic: dict[str, str] = {}  # kind -> the bytecode magic of its interpreter
-        self._codes: dict[str, tuple[tuple, bytes, int] | None] = {}  # script -> compiled
 
     def _launcher_limits(self) -> dict[str, int]:
         """The server-wide rlimits, which the zygote takes on itself and passes to every tool.
@@ -253,8 +247,6 @@ class Runner:
             if res.warm and res.error and "warm interpreter ended" in res.error:
                 log.warning("the warm interpreter of %s ended during a call (killed or "
                             "crashed); the next call starts another", req.argv[0])
-            if res.warm and handle.magic and warm is not None:
-                self._magic[warm[0]] = handle.magic
             if handle.warm_failed is None or warm is None or res.stdout or res.stderr:
                 break
             self._warm_broken[warm[0]] = (time.monotonic(), handle.warm_failed)
@@ -291,42 +283,12 @@ class Runner:
         boot["HOME"] = "/nonexistent"  # the call's $HOME is set in the child (its user site)
         if "PATH" in msg["env"]:
             boot["PATH"] = msg["env"]["PATH"]
+        # the script is named, never read here: the call's child opens and compiles it under
+        # its own uid and ruleset, as a cold start does (issue 25)
         msg["warm"] = plan.message()
-        blob = self._compiled(plan.script, kind, boot)
-        if blob is not None:
-            msg["warm"]["code"] = [blob[1], len(blob[0]) - blob[1]]
         return kind, {"op": "warm", "python": plan.python, "argv0": plan.argv0, "env": boot,
                       "uid": msg["uid"], "gid": msg["gid"], "netns": msg["netns"],
-                      "mounts": msg.get("mounts")}, blob[0] if blob else None
-
-    def _compiled(self, script: str, kind: str, boot: dict) -> tuple[bytes, int] | None:
-        """(the script's source + its bytecode, the source's length) for a warm call, when
-        that kind's interpreter runs our bytecode: a script is compiled once per change
-        here, not in every call (150 lines took 4 ms).  The call's child reads the file
-        itself, under its own ruleset, and uses this only if it read the same bytes."""
-        if self._magic.get(kind) != _MAGIC or "PYTHONOPTIMIZE" in boot:
-            return None
-        try:
-            st = os.stat(script)
-        except OSError:
-            return None
-        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-        cached = self._codes.get(script)
-        if cached is not None and cached[0] == stamp:
-            return cached[1], cached[2]
-        if st.st_size > MAX_COMPILED:
-            return None
-        try:
-            with open(script, "rb") as f:
-                source = f.read(MAX_COMPILED + 1)
-            code = marshal.dumps(compile(source, script, "exec", dont_inherit=True,
-                                         optimize=0))
-        except (OSError, SyntaxError, ValueError):
-            return None
-        if len(self._codes) > 256:
-            self._codes.clear()
-        self._codes[script] = (stamp, source + code, len(source))
-        return source + code, len(source)
+                      "mounts": msg.get("mounts")}, None
 
     def _say(self, key: str, text: str) -> None:
         """Log a warm-start fallback once."""
