@@ -60,7 +60,9 @@ def setup(srv: ToolsrvProcess, cwd: str) -> Wire:
         c.mkdir("session/ab/agent/a")
         for t in ("echo", "pyecho", "job"):
             c.rdwr("session/ab/agent/a/ctl", f"tool_load {t}".encode())
-    return Wire.unix(srv.path)
+    w = Wire.unix(srv.path)
+    w.hello()
+    return w
 
 
 def calls(w: Wire, tool: str, n: int) -> list[float]:

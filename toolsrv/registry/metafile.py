@@ -327,8 +327,11 @@ def read_meta(path: str, st: os.stat_result) -> MetaFile:
     if st.st_size > MAX_META_BYTES:
         return MetaFile(key, None, f"too large: {st.st_size} bytes, at most {MAX_META_BYTES}")
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        # O_NONBLOCK and fstat: a FIFO swapped in after the stat never makes this wait
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         try:  # size + 1 (not the limit): a large buffer per file costs more than the read
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return MetaFile(key, None, "not a regular file")
             data = os.read(fd, st.st_size + 1)
             while len(data) != st.st_size and len(data) <= MAX_META_BYTES and \
                     (more := os.read(fd, 65536)):
