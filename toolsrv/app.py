@@ -56,7 +56,8 @@ class Options(Record):
     FIELDS = ("addrs", "tools", "state_dir", "msize", "trace", "listen_any", "allow_uids",
               "revwait_timeout", "timeout", "max_runs", "run_as", "persist", "auth_secret",
               "max_conns", "max_conns_per_peer", "max_fids", "max_inflight", "max_held",
-              "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args", "warm")
+              "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args", "warm",
+              "max_runs_per_session", "max_runs_per_agent")
 
     def __init__(self, addrs: list[str] | None = None, tools: list[str] | None = None,
                  state_dir: str | None = None, msize: int = DEFAULT_MSIZE, trace: bool = False,
@@ -67,7 +68,9 @@ class Options(Record):
                  max_conns_per_peer: int = 256, max_fids: int = 4096, max_inflight: int = 256,
                  max_held: int = 64 << 20, frame_timeout: float = 60.0,
                  max_sessions: int = 10000, max_agents: int = 256, max_queued: int = 1024,
-                 max_args: int = 1 << 20, warm: bool = True) -> None:
+                 max_args: int = 1 << 20, warm: bool = True,
+                 max_runs_per_session: int | None = None,
+                 max_runs_per_agent: int | None = None) -> None:
         self.addrs: list[str] = [] if addrs is None else addrs  # dial strings; empty: default
         self.tools = tools                  # search path; None: env or defaults
         self.state_dir = state_dir
@@ -94,6 +97,9 @@ class Options(Record):
         self.max_queued = max_queued        # calls waiting for a run slot, server-wide
         self.max_args = max_args            # bytes of one call's JSON args
         self.warm = warm                    # Python tools start warm (doc/performance.md)
+        # fair shares of max_runs (tree/slots.py); None: half of max_runs, half of that
+        self.max_runs_per_session = max_runs_per_session
+        self.max_runs_per_agent = max_runs_per_agent
 
 
 def _warm_imports() -> None:
