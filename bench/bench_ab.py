@@ -7,6 +7,7 @@ OLD_TREE and NEW_TREE are checkouts (or `git archive` copies) of toolsrv; NEW_TR
 to this one.  Each server runs `python -m toolsrv serve` with PYTHONPATH=<tree>, this
 interpreter and its packages.  Figures, per tree, each call an rdwr of ~100 B of JSON:
   py echo     a `#!/usr/bin/env python3` JSON echo beside its .meta (warm)
+  file_read   the bundled file_read (160 lines of Python) on a one-line file (warm)
   py job.py   `cmd: python3 job.py`, a 600-line script in the session's cwd (warm)
   sh echo     the /bin/sh JSON echo (cold: the call overhead)
 The ratio is NEW / OLD, median and p99 (issue 25: the server no longer reads or compiles
@@ -41,9 +42,15 @@ def job_source() -> str:
             + "sys.stdout.write(json.dumps(json.load(sys.stdin)))\n")
 
 
+FILE_READ = (REPO / "data" / "tools" / "file_read").read_text()
+FR_META = json.loads((REPO / "data" / "tools" / "file_read.meta").read_text())
+FR_ARGS = json.dumps({"path": "small.txt"}).encode()
+TOOLS = ("pyecho", "fr", "job", "echo")
+
+
 def tools() -> str:
     return make_tools_dir({
-        "pyecho": (PY_ECHO, ECHO_META),
+        "pyecho": (PY_ECHO, ECHO_META), "fr": (FILE_READ, FR_META),
         "job": (None, {**ECHO_META, "tier": "warm", "cmd": "python3 job.py"})})
 
 
@@ -58,7 +65,7 @@ def setup(srv: ToolsrvProcess, cwd: str) -> Wire:
         c.mkdir("session/ab")
         c.write("session/ab/cwd", cwd.encode())
         c.mkdir("session/ab/agent/a")
-        for t in ("echo", "pyecho", "job"):
+        for t in TOOLS:
             c.rdwr("session/ab/agent/a/ctl", f"tool_load {t}".encode())
     w = Wire.unix(srv.path)
     w.hello()
@@ -70,9 +77,12 @@ def calls(w: Wire, tool: str, n: int) -> list[float]:
     out, pc = [], time.perf_counter
     for _ in range(n):
         t = pc()
-        r = w.rdwr(7, names, PAYLOAD, True)
+        r = w.rdwr(7, names, FR_ARGS if tool == "fr" else PAYLOAD, True)
         out.append(pc() - t)
-        assert json.loads(r) == json.loads(PAYLOAD), r[:200]
+        if tool == "fr":
+            assert r == b"     1\tone line\n", r[:200]
+        else:
+            assert json.loads(r) == json.loads(PAYLOAD), r[:200]
     return out
 
 
@@ -88,22 +98,24 @@ def main() -> None:
     os.chmod(cwd, 0o755)
     Path(cwd, "job.py").write_text(job_source())
     os.chmod(Path(cwd, "job.py"), 0o644)
+    Path(cwd, "small.txt").write_text("one line\n")
     trees = {"old": opts.old, "new": opts.new}
     srvs = {k: serve(v, d) for k, v in trees.items()}
     try:
         wires = {k: setup(s, cwd) for k, s in srvs.items()}
         samples: dict[tuple[str, str], list[float]] = {}
         for k, w in wires.items():                              # warm-up: the warm inits
-            for t in ("pyecho", "job", "echo"):
+            for t in TOOLS:
                 calls(w, t, 5)
         for i in range(opts.windows):
             order = list(wires.items()) if i % 2 == 0 else list(wires.items())[::-1]
             for k, w in order:
-                for t in ("pyecho", "job", "echo"):
+                for t in TOOLS:
                     samples.setdefault((k, t), []).extend(calls(w, t, opts.n))
         print(f"{'figure':<28}{'old median':>12}{'new median':>12}{'ratio':>8}"
               f"{'old p99':>10}{'new p99':>10}{'ratio':>8}   (ms)")
-        for t, label in (("pyecho", "py echo (warm)"), ("job", "py job.py, 600 lines (warm)"),
+        for t, label in (("pyecho", "py echo (warm)"), ("fr", "bundled file_read (warm)"),
+                         ("job", "py job.py, 600 lines (warm)"),
                          ("echo", "sh echo (call overhead)")):
             a, b = lat(samples[("old", t)]), lat(samples[("new", t)])
             print(f"{label:<28}{a['median']:>12.2f}{b['median']:>12.2f}"
