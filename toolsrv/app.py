@@ -104,6 +104,8 @@ class Options(Record):
 
 def _warm_imports() -> None:
     import jsonschema.validators  # noqa: F401  (jsonargs imports it lazily)
+    from .registry import schemaref
+    schemaref.registry()          # the refusing registry every validator is built with
 
 
 def default_tools_path() -> list[str]:
