@@ -29,6 +29,14 @@ def default_caps(total: int, per_session: int | None, per_agent: int | None
     return s, a
 
 
+def _drop(counts: dict, key: object) -> None:
+    """One fewer held under key; the key goes when none is left."""
+    if counts[key] > 1:
+        counts[key] -= 1
+    else:
+        del counts[key]
+
+
 class _Waiter:
     __slots__ = ("seq", "session", "agent", "fut")
 
@@ -60,12 +68,8 @@ class FairSlots:
 
     def _release(self, session: str, agent: str) -> None:
         self.used -= 1
-        for d, k in ((self.sessions, session), (self.agents, (session, agent))):
-            n = d[k] - 1   # type: ignore[index]
-            if n:
-                d[k] = n   # type: ignore[index]
-            else:
-                del d[k]   # type: ignore[arg-type]
+        _drop(self.sessions, session)
+        _drop(self.agents, (session, agent))
         self._dispatch()
 
     def _dispatch(self) -> None:
