@@ -4,8 +4,8 @@ of each, windows alternating, so a change's cost is measured against the tree be
     python bench/bench_ab.py OLD_TREE [NEW_TREE] [--n CALLS] [--windows W]
 
 OLD_TREE and NEW_TREE are checkouts (or `git archive` copies) of toolsrv; NEW_TREE defaults
-to this one.  Each server runs `python -m toolsrv serve` with PYTHONPATH=<tree>, this
-interpreter and its packages.  Figures, per tree, each call an rdwr of ~100 B of JSON:
+to this one.  Each server runs `python -P -m toolsrv serve` with PYTHONPATH=<tree> (-P: not
+the current directory first), this interpreter and its packages.  Figures, per tree, each call an rdwr of ~100 B of JSON:
   py echo     a `#!/usr/bin/env python3` JSON echo beside its .meta (warm)
   file_read   the bundled file_read (160 lines of Python) on a one-line file (warm)
   py job.py   `cmd: python3 job.py`, a 600-line script in the session's cwd (warm)
@@ -57,6 +57,7 @@ def tools() -> str:
 def serve(tree: str, tools_dir: str) -> ToolsrvProcess:
     srv = ToolsrvProcess(tools_dir)
     srv.env["PYTHONPATH"] = tree
+    srv.argv.insert(1, "-P")    # not the current directory first: the tree's toolsrv
     return srv.start(60)
 
 

@@ -31,6 +31,7 @@ from toolsrv.run import landlock
 from toolsrv.run.elevation import request_approval
 from toolsrv.run.idmap import Planner
 from toolsrv.run.launcher import Launcher, LauncherDied, LaunchHandle
+from toolsrv.run.ownscript import MAGIC, ScriptCache
 from toolsrv.run.pumps import Collector, Feeder
 from toolsrv.record import Record
 from toolsrv.run.scratch import _Scratch
@@ -42,7 +43,6 @@ DEFAULT_RUN_LIMITS = {"pids": 1024, "memory": 4 << 30}
 DRAIN_GRACE = 2.0  # seconds to reach EOF on the pipes after the run has ended or been killed
 STARTUP_ENV = ("LC_ALL", "LC_CTYPE", "LANG", "TZ")  # and PYTHON*: read by Python as it starts
 WARM_RETRY = 60.0  # seconds before an interpreter that failed to warm up is tried again
-# the bytecode magic (importlib.util would cost the start-up 7 ms to import for this)
 log = logging.getLogger("toolsrv.warm")
 
 
@@ -142,6 +142,8 @@ class Runner:
         self._background: set[asyncio.Task[None]] = set()
         self._warm_broken: dict[str, tuple[float, str]] = {}  # kind -> (when, why)
         self._warm_said: set[str] = set()  # fallback reasons logged once
+        self._magic: dict[str, str] = {}  # kind -> the bytecode magic of its interpreter
+        self._codes = ScriptCache()        # tools' own scripts, compiled (ownscript.py)
 
     def _launcher_limits(self) -> dict[str, int]:
         """The server-wide rlimits, which the zygote takes on itself and passes to every tool.
@@ -229,7 +231,7 @@ class Runner:
                     policy = req.profile.resolve(
                         placeholder_values(req.cwd, tmpdir, req.tool_dir))
                     msg = self._spawn_message(req, policy, tmpdir, timeout)
-                    warm = self._warm_start(req, msg)
+                    warm = self._warm_start(req, msg, policy)
                 handle = self.launcher.spawn(msg, req.extra_fds, warm)
             except (OSError, LauncherDied, ValueError) as e:
                 self.scratch.release(tmpdir)
@@ -244,6 +246,8 @@ class Runner:
                 self._later(self._reap_then_remove(handle, tmpdir))
                 raise
             res.warm = handle.warm is not None and handle.warm_failed is None
+            if res.warm and handle.magic and warm is not None:
+                self._magic[warm[0]] = handle.magic
             if res.warm and res.error and "warm interpreter ended" in res.error:
                 log.warning("the warm interpreter of %s ended during a call (killed or "
                             "crashed); the next call starts another", req.argv[0])
@@ -257,7 +261,8 @@ class Runner:
         res.duration = time.monotonic() - t0
         return res
 
-    def _warm_start(self, req: RunRequest, msg: dict) -> tuple[str, dict, bytes | None] | None:
+    def _warm_start(self, req: RunRequest, msg: dict, policy: Policy
+                    ) -> tuple[str, dict, bytes | None] | None:
         """(kind, the request that makes an init warm) for a call that starts warm, with
         the script put in msg; None for a cold start (the reason is logged once)."""
         if req.warm is None or not self.config.warm:
@@ -283,12 +288,18 @@ class Runner:
         boot["HOME"] = "/nonexistent"  # the call's $HOME is set in the child (its user site)
         if "PATH" in msg["env"]:
             boot["PATH"] = msg["env"]["PATH"]
-        # the script is named, never read here: the call's child opens and compiles it under
-        # its own uid and ruleset, as a cold start does (issue 25)
         msg["warm"] = plan.message()
+        # the child reads its script itself; only a tool's own executable, which no tool can
+        # change, is also compiled here, once per change (run/ownscript.py, issue 25)
+        blob = None
+        if self._magic.get(kind) == MAGIC and "PYTHONOPTIMIZE" not in boot:
+            writable = [p for p, a in policy.paths if a in ("rw", "rwx")]
+            blob = self._codes.get(plan.script, req.tool_dir, writable)
+        if blob is not None:
+            msg["warm"]["code"] = [blob[1], len(blob[0]) - blob[1]]
         return kind, {"op": "warm", "python": plan.python, "argv0": plan.argv0, "env": boot,
                       "uid": msg["uid"], "gid": msg["gid"], "netns": msg["netns"],
-                      "mounts": msg.get("mounts")}, None
+                      "mounts": msg.get("mounts")}, blob[0] if blob else None
 
     def _say(self, key: str, text: str) -> None:
         """Log a warm-start fallback once."""

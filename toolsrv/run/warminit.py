@@ -15,8 +15,9 @@
 # first, the profile's (its fixed Landlock paths, by reference), builds that much of the
 # ruleset (RuleCache), and forks; the child reads the call's own part, adds its paths to
 # the ruleset, and the init clears its copy of the packet, so nothing of a call stays in
-# the memory the next call is forked from.  The server never reads the script: the child
-# opens it, under its own uid and ruleset, and BOOT compiles it (issue 25).  The child confines itself as the cold init's spawning thread confines a tool
+# the memory the next call is forked from.  The packet may end with the script's source
+# and the server's compilation of it (same bytecode magic): the child uses that only if
+# the file it reads itself holds those very bytes.  The child confines itself as the cold init's spawning thread confines a tool
 # (setsid, CPU rlimit, cwd, Landlock, seccomp: the uid and netns are the init's already),
 # moves the run's fds to 0, 1, 2, 3... and closes every other, then makes the interpreter
 # look freshly started on the script: os.environ is the call's environment, sys.argv,
@@ -300,7 +301,11 @@ def _pristine(warm: dict, env: dict, keep: set[str], path: list[str], blob: byte
                          f"[Errno {e.errno}] {e.strerror}\n")
         sys.stderr.flush()
         os._exit(2)
-    return Run(source, script, main.__dict__, keep)  # BOOT compiles what this child read
+    code = None
+    if warm.get("code") and blob[:warm["code"][0]] == source:  # what it read, compiled
+        import marshal
+        code = marshal.loads(blob[warm["code"][0]:])
+    return Run(source, script, main.__dict__, keep, code)
 
 
 def _user_site() -> None:
