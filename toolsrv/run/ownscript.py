@@ -5,7 +5,7 @@
 # Landlock ruleset, and compiles it (run/warminit.py): 150 lines cost it 4 ms a call.  The
 # server may save that work for one kind of script only: a tool's own executable, beside
 # its .meta in a tools directory, which is the operator's configuration (the registry
-# reads the .meta there already).  `ScriptCache.get` reads and compiles such a script,
+# reads the .meta there already).  `ScriptCache.compiled` reads and compiles such a script,
 # and only when all of these hold, else the child compiles it itself:
 #   - the script is the tool's own executable (a `#!` tool: its directory is the tool's);
 #   - no grant of the call's profile that is writable (rw, rwx) contains that directory,
@@ -47,7 +47,7 @@ class ScriptCache:
         self.limit = limit
         self.codes: dict[str, tuple[tuple, bytes, int]] = {}
 
-    def get(self, script: str, tool_dir: str | None, writable: list[str]
+    def compiled(self, script: str, tool_dir: str | None, writable: list[str]
             ) -> tuple[bytes, int] | None:
         """The compiled script, or None (the child compiles it); see the module comment."""
         if not tool_dir or os.path.dirname(script) != os.path.normpath(tool_dir):

@@ -294,7 +294,7 @@ class Runner:
         blob = None
         if self._magic.get(kind) == MAGIC and "PYTHONOPTIMIZE" not in boot:
             writable = [p for p, a in policy.paths if a in ("rw", "rwx")]
-            blob = self._codes.get(plan.script, req.tool_dir, writable)
+            blob = self._codes.compiled(plan.script, req.tool_dir, writable)
         if blob is not None:
             msg["warm"]["code"] = [blob[1], len(blob[0]) - blob[1]]
         return kind, {"op": "warm", "python": plan.python, "argv0": plan.argv0, "env": boot,
