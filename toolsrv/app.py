@@ -59,7 +59,8 @@ class Options(Record):
               "max_conns", "max_conns_per_peer", "max_fids", "max_inflight", "max_held",
               "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args", "warm",
               "max_run_memory", "max_run_pids", "max_warm_memory",
-              "tls_cert", "tls_key", "tls_client_ca", "imports")
+              "tls_cert", "tls_key", "tls_client_ca", "imports",
+              "max_runs_per_session", "max_runs_per_agent")
 
     def __init__(self, addrs: list[str] | None = None, tools: list[str] | None = None,
                  state_dir: str | None = None, msize: int = DEFAULT_MSIZE, trace: bool = False,
@@ -74,7 +75,9 @@ class Options(Record):
                  max_run_pids: int = 4096, max_warm_memory: int | None = None,
                  tls_cert: str | None = None,
                  tls_key: str | None = None, tls_client_ca: str | None = None,
-                 imports: list[str] | None = None) -> None:
+                 imports: list[str] | None = None,
+                 max_runs_per_session: int | None = None,
+                 max_runs_per_agent: int | None = None) -> None:
         self.addrs: list[str] = [] if addrs is None else addrs  # dial strings; empty: default
         self.tools = tools                  # search path; None: env or defaults
         self.state_dir = state_dir
@@ -111,10 +114,15 @@ class Options(Record):
         self.tls_key = tls_key
         self.tls_client_ca = tls_client_ca  # mutual TLS: clients show a cert it signed
         self.imports: list[str] = [] if imports is None else imports   # NAME=ADDR[,...]
+        # fair shares of max_runs (tree/slots.py); None: half of max_runs, half of that
+        self.max_runs_per_session = max_runs_per_session
+        self.max_runs_per_agent = max_runs_per_agent
 
 
 def _warm_imports() -> None:
     import jsonschema.validators  # noqa: F401  (jsonargs imports it lazily)
+    from .registry import schemaref
+    schemaref.registry()          # the refusing registry every validator is built with
 
 
 def default_tools_path() -> list[str]:

@@ -398,21 +398,47 @@ def test_the_end_flushes_what_a_cold_end_flushes(hc: Harness, hw: Harness) -> No
 
 
 def test_a_changed_script_runs_as_changed(hw: Harness) -> None:
-    """The server compiles a warm call's script once per change; the child uses that only
-    for the very bytes it read itself."""
+    """The server compiles a tool's own script once per change (run/ownscript.py); the
+    child uses that only for the very bytes it read itself."""
     path = script(hw, "print('one')\n")
     assert hw.run([str(path)]).stdout == b"one\n"
     path.write_text("#!/usr/bin/python3\nprint('two, longer')\n")
     res = hw.run([str(path)])
     assert res.warm and res.stdout == b"two, longer\n", res
     # a compilation of other bytes under the file's current stamp: not used
-    stamp, _blob, _n = hw.runner._codes[str(path)]
+    stamp, _blob, _n = hw.runner._codes.codes[str(path)]
     other = b"#!/usr/bin/python3\nprint('stale')\n"
     import marshal
     code = marshal.dumps(compile(other, str(path), "exec", dont_inherit=True))
-    hw.runner._codes[str(path)] = (stamp, other + code, len(other))
+    hw.runner._codes.codes[str(path)] = (stamp, other + code, len(other))
     res = hw.run([str(path)])
     assert res.warm and res.stdout == b"two, longer\n", res
+
+
+def test_only_a_tools_own_unchangeable_script_is_compiled_by_the_server(hw: Harness) -> None:
+    """Issue 25: a script in the session's cwd, one in a directory a grant makes writable,
+    or one the tools' uid could replace, is read and compiled by the child alone."""
+    own = script(hw, "print('own')\n")
+    for _ in range(2):           # (the first call of a kind tells its bytecode magic)
+        assert hw.run([str(own)]).stdout == b"own\n"
+    assert str(own) in hw.runner._codes.codes
+    job = hw.cwd / f"job{marker()}.py"
+    job.write_text("#!/usr/bin/python3\nprint('job')\n")
+    job.chmod(0o755)
+    res = hw.run(["/bin/sh", "-c", f"python3 {job.name}"])
+    assert res.warm and res.stdout == b"job\n", res
+    res = hw.run([str(job)], tool_dir=str(hw.cwd))       # a "tool" in the session's cwd
+    assert res.warm and res.stdout == b"job\n", res
+    assert str(job) not in hw.runner._codes.codes
+    loose = hw.mkdir(f"loose{marker()}")
+    loose.chmod(0o777)                                     # the tools' uid could replace it
+    lp = loose / "t.py"
+    lp.write_text("#!/usr/bin/python3\nprint('loose')\n")
+    lp.chmod(0o755)
+    res = hw.run([str(lp)], tool_dir=str(loose),
+                 profile=profile_with("default", rox=[str(loose)]))
+    assert res.warm and res.stdout == b"loose\n", res
+    assert str(lp) not in hw.runner._codes.codes
 
 
 def test_nothing_of_a_call_is_left_for_the_next(hw: Harness) -> None:

@@ -271,6 +271,12 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                             help="also accept Unix-socket peers with this uid")),
     (("--timeout",), dict(type=float, default=30.0, help="default tool timeout, seconds")),
     (("--max-runs",), dict(type=int, default=16, help="concurrent tool runs, server-wide")),
+    (("--max-runs-per-session",), dict(type=int, default=None, metavar="N", help="concurrent "
+                                       "runs one session may hold (default: half of "
+                                       "--max-runs; doc/toolsrv.4.md, Run slots)")),
+    (("--max-runs-per-agent",), dict(type=int, default=None, metavar="N", help="concurrent "
+                                     "runs one agent may hold (default: half of "
+                                     "--max-runs-per-session)")),
     (("--run-as",), dict(default="nobody", help="uid tools run as when serving as root")),
     (("--no-warm",), dict(action="store_true", help="start every Python tool cold (a fresh "
                           "interpreter per call; doc/performance.md, Warm starts)")),
@@ -401,7 +407,9 @@ def serve_options(args: Any) -> Any:
                    max_run_memory=args.max_run_memory, max_run_pids=args.max_run_pids,
                    max_warm_memory=args.max_warm_memory, tls_cert=args.tls_cert,
                    tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
-                   imports=args.imports)
+                   imports=args.imports,
+                   max_runs_per_session=args.max_runs_per_session,
+                   max_runs_per_agent=args.max_runs_per_agent)
 
 
 def serve(args: Any) -> int:

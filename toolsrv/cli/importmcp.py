@@ -16,7 +16,10 @@ Nothing is half-written: every check (an MCP server that answers, valid names an
 no .meta already there unless --force) passes before the first file is written, and each
 file is written whole (a temporary file, then a rename).  It prints what it wrote and the
 paths a sandbox profile must grant for the server to run: its program, its interpreter
-(a `#!` line) and the virtualenv that interpreter belongs to.
+(a `#!` line) and the virtualenv that interpreter belongs to.  Every name and string the
+MCP server chose is printed with repr's escapes (no control character reaches the
+terminal).  A schema with a `$ref` outside itself is written, with a note: toolsrv never
+fetches such a ref and lists the tool in tools/errors (registry/schemaref.py).
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import sys
 from typing import Any
 
 from ..registry.metafile import MetaError, check_schema
+from ..registry.schemaref import REASON, outside_refs
 from ..registry.names import NAME_MAX, valid_name
 from ..run.mcpproto import Client, MCPError
 
@@ -217,6 +221,9 @@ def plan(args: argparse.Namespace, tools: list[dict]) -> tuple[list[tuple[str, d
             check_schema(schema, f"{mcp_name}.inputSchema")
         except MetaError as e:
             raise ImportError_(str(e)) from None
+        for ref in outside_refs(schema):
+            notes.append(f"tool {mcp_name!r}: args: $ref to {ref!r} {REASON}; toolsrv lists "
+                         f"{name} in tools/errors until its schema is fixed")
         kind = schema.get("type", "object")
         if kind != "object" and not (isinstance(kind, list) and "object" in kind):
             raise ImportError_(f"{mcp_name}.inputSchema.type: must be \"object\", not "
@@ -258,6 +265,11 @@ def _kept(mcp_name: str, t: dict, ann: dict) -> dict:
     return out
 
 
+def shown(v: Any) -> str:
+    """A string the MCP server sent, fit for a terminal: repr's escapes, no quotes."""
+    return repr(str(v))[1:-1]
+
+
 def _one_line(s: str) -> str:
     return " ".join(str(s).split())
 
@@ -283,10 +295,10 @@ def main(argv: list[str]) -> int:
         return 1
     write(files)
     server = info.get("serverInfo", {}) if isinstance(info, dict) else {}
-    print(f"MCP server {server.get('name', '?')} {server.get('version', '')}".rstrip()
-          + f": {len(files)} tool{'s' if len(files) != 1 else ''}")
+    print(f"MCP server {shown(server.get('name', '?'))} {shown(server.get('version', ''))}"
+          .rstrip() + f": {len(files)} tool{'s' if len(files) != 1 else ''}")
     for path, meta in files:
-        print(f"wrote {path} ({meta['resident']['tool']})")
+        print(f"wrote {path} ({meta['resident']['tool']!r})")
     for n in notes:
         print(f"note: {n}")
     if need:

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..record import Frozen, Record, setfield
+from .schemaref import REASON, outside_refs
 
 MAX_META_BYTES = 1 << 20
 # The prose fields a person or a model reads (and search indexes): past this, a .meta is
@@ -174,6 +175,7 @@ def _args(v: Any, where: str) -> dict[str, Any]:
     if not isinstance(v, dict):
         raise MetaError(f"{where}: must be an object (a JSON Schema), not {json_kind(v)}")
     check_schema(v, where)
+    check_refs(v, where)
     t = v.get("type", "object")
     if t != "object" and not (isinstance(t, list) and "object" in t):
         raise MetaError(f'{where}.type: must be "object" (a tool reads one JSON object '
@@ -388,8 +390,11 @@ def read_meta(path: str, st: os.stat_result) -> MetaFile:
     if st.st_size > MAX_META_BYTES:
         return MetaFile(key, None, f"too large: {st.st_size} bytes, at most {MAX_META_BYTES}")
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        # O_NONBLOCK and fstat: a FIFO swapped in after the stat never makes this wait
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         try:  # size + 1 (not the limit): a large buffer per file costs more than the read
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return MetaFile(key, None, "not a regular file")
             data = os.read(fd, st.st_size + 1)
             while len(data) != st.st_size and len(data) <= MAX_META_BYTES and \
                     (more := os.read(fd, 65536)):
@@ -432,6 +437,14 @@ def check_schema(schema: dict[str, Any], where: str = "args") -> None:
 
 
 _verdicts: dict[str, str | None] = {}
+
+
+def check_refs(schema: dict[str, Any], where: str = "args") -> None:
+    """Raise MetaError naming the first `$ref` that would not resolve inside the schema
+    (toolsrv never fetches one: schemaref.py)."""
+    outside = outside_refs(schema)
+    if outside:
+        raise MetaError(f"{where}: $ref to {outside[0]} {REASON}")
 
 
 def draft_key(uri: str) -> str:

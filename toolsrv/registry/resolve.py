@@ -26,6 +26,7 @@ from functools import cached_property
 from typing import Any
 
 from .metafile import HINTS, default_args, validator_class
+from .schemaref import validator as schema_validator
 from ..record import Frozen, setfield
 from .variants import Host
 from . import warmstart
@@ -163,8 +164,9 @@ class Tool(Frozen):
     @cached_property
     def validator(self) -> Any:
         """A jsonschema validator for call arguments (the schema's draft; formats are
-        annotations, as the drafts specify), built on first use."""
-        return validator_class(self.schema)(self.schema)
+        annotations, as the drafts specify; refs resolve only inside the schema), built
+        on first use."""
+        return schema_validator(self.schema, validator_class(self.schema))
 
 
 def _pretty(v: Any) -> str:

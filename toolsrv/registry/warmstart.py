@@ -8,7 +8,12 @@
 # says how a cold start would run it: the interpreter's path (found on the call's PATH
 # when the command names it bare, so the path is sys.executable), sys.argv and
 # sys.orig_argv.  Anything else it cannot honour gets a reason instead — flags for the
-# interpreter, -m or -c, a script that is not a regular file — and the call starts cold.
+# interpreter, -m or -c — and the call starts cold.  The script itself is never opened,
+# stat'ed or followed here (issue 25): `python3 job.py` names a file in the session's cwd,
+# which the model can replace, so only the call's confined child reads it (warminit.py),
+# and a missing one fails as a cold start's does.  The #! line read is of a tool's own
+# executable, in a tools directory (the operator's configuration, as its .meta is), opened
+# without blocking and only when it is a regular file.
 # The interpreter is keyed by that path, not by the binary behind it: a virtualenv's
 # python is a symlink to the system's but has its own prefix, so it gets its own warm
 # interpreters.  The tree plans each call (its PATH and cwd are known then) and the runner
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
 _NAME = re.compile(r"python(3(\.[0-9]+)?)?")
 _PLAIN = re.compile(r"[A-Za-z0-9._+,:@%/=-]+", re.ASCII)
@@ -68,10 +74,9 @@ def plan(argv: list[str], env: dict[str, str], cwd: str) -> tuple[Plan | None, s
     if python is None:
         return None, f"{interp} not found on the tools' PATH"
     script = rest[0] if os.path.isabs(rest[0]) else os.path.join(where, rest[0])
-    script = os.path.normpath(script)
-    if not os.path.isfile(script):
-        return None, f"{script} is not a regular file"
-    return Plan(python, interp, script, rest), None
+    # named, never looked at: a script under a session's cwd is the model's to replace (a
+    # FIFO, /proc/kmsg, a link to a root-only file), so only the call's child opens it
+    return Plan(python, interp, os.path.normpath(script), rest), None
 
 
 def _shebang(path: str) -> list[str] | None:
@@ -85,11 +90,17 @@ def _shebang(path: str) -> list[str] | None:
     if cached is not None and cached[0] == stamp:
         return cached[1]
     words: list[str] | None = None
-    try:
-        with open(path, "rb") as f:
-            first = f.readline(256)
-    except OSError:
-        first = b""
+    first = b""
+    if stat.S_ISREG(st.st_mode):
+        try:   # O_NONBLOCK: a file swapped in after the stat cannot make the read wait
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    first = os.read(fd, 256).split(b"\n", 1)[0]
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
     if first.startswith(b"#!"):
         parts = first[2:].decode("utf-8", "replace").split()
         if parts and os.path.basename(parts[0]) == "env" and len(parts) > 1 \

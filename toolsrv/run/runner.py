@@ -20,11 +20,9 @@ from __future__ import annotations
 import ast
 import asyncio
 import logging
-import marshal
 import math
 import os
 import pwd
-import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -33,6 +31,7 @@ from toolsrv.run import landlock
 from toolsrv.run.elevation import request_approval
 from toolsrv.run.idmap import Planner
 from toolsrv.run.launcher import WARM_IDLE, Launcher, LauncherDied, LaunchHandle
+from toolsrv.run.ownscript import MAGIC, ScriptCache
 from toolsrv.run.pumps import Collector, Feeder
 from toolsrv.record import Record
 from toolsrv.run.scratch import _Scratch
@@ -44,9 +43,6 @@ DEFAULT_RUN_LIMITS = {"pids": 1024, "memory": 4 << 30}
 DRAIN_GRACE = 2.0  # seconds to reach EOF on the pipes after the run has ended or been killed
 STARTUP_ENV = ("LC_ALL", "LC_CTYPE", "LANG", "TZ")  # and PYTHON*: read by Python as it starts
 WARM_RETRY = 60.0  # seconds before an interpreter that failed to warm up is tried again
-MAX_COMPILED = 256 << 10  # bytes of a script the server compiles for its warm calls
-# the bytecode magic (importlib.util would cost the start-up 7 ms to import for this)
-_MAGIC = sys.modules["_frozen_importlib_external"].MAGIC_NUMBER.hex()
 log = logging.getLogger("toolsrv.warm")
 
 
@@ -147,7 +143,7 @@ class Runner:
         self._warm_broken: dict[str, tuple[float, str]] = {}  # kind -> (when, why)
         self._warm_said: set[str] = set()  # fallback reasons logged once
         self._magic: dict[str, str] = {}  # kind -> the bytecode magic of its interpreter
-        self._codes: dict[str, tuple[tuple, bytes, int] | None] = {}  # script -> compiled
+        self._codes = ScriptCache()        # tools' own scripts, compiled (ownscript.py)
 
     def _launcher_limits(self) -> dict[str, int]:
         """The server-wide rlimits, which the zygote takes on itself and passes to every tool.
@@ -235,7 +231,7 @@ class Runner:
                     policy = req.profile.resolve(
                         placeholder_values(req.cwd, tmpdir, req.tool_dir))
                     msg = self._spawn_message(req, policy, tmpdir, timeout)
-                    warm = self._warm_start(req, msg)
+                    warm = self._warm_start(req, msg, policy)
                 handle = self.launcher.spawn(msg, req.extra_fds, warm)
             except (OSError, LauncherDied, ValueError) as e:
                 self.scratch.release(tmpdir)
@@ -250,11 +246,11 @@ class Runner:
                 self._later(self._reap_then_remove(handle, tmpdir))
                 raise
             res.warm = handle.warm is not None and handle.warm_failed is None
+            if res.warm and handle.magic and warm is not None:
+                self._magic[warm[0]] = handle.magic
             if res.warm and res.error and "warm interpreter ended" in res.error:
                 log.warning("the warm interpreter of %s ended during a call (killed or "
                             "crashed); the next call starts another", req.argv[0])
-            if res.warm and handle.magic and warm is not None:
-                self._magic[warm[0]] = handle.magic
             if handle.warm_failed is None or warm is None or res.stdout or res.stderr:
                 break
             self._warm_broken[warm[0]] = (time.monotonic(), handle.warm_failed)
@@ -265,7 +261,8 @@ class Runner:
         res.duration = time.monotonic() - t0
         return res
 
-    def _warm_start(self, req: RunRequest, msg: dict) -> tuple[str, dict, bytes | None] | None:
+    def _warm_start(self, req: RunRequest, msg: dict, policy: Policy
+                    ) -> tuple[str, dict, bytes | None] | None:
         """(kind, the request that makes an init warm) for a call that starts warm, with
         the script put in msg; None for a cold start (the reason is logged once)."""
         if req.warm is None or not self.config.warm:
@@ -292,41 +289,17 @@ class Runner:
         if "PATH" in msg["env"]:
             boot["PATH"] = msg["env"]["PATH"]
         msg["warm"] = plan.message()
-        blob = self._compiled(plan.script, kind, boot)
+        # the child reads its script itself; only a tool's own executable, which no tool can
+        # change, is also compiled here, once per change (run/ownscript.py, issue 25)
+        blob = None
+        if self._magic.get(kind) == MAGIC and "PYTHONOPTIMIZE" not in boot:
+            writable = [p for p, a in policy.paths if a in ("rw", "rwx")]
+            blob = self._codes.compiled(plan.script, req.tool_dir, writable)
         if blob is not None:
             msg["warm"]["code"] = [blob[1], len(blob[0]) - blob[1]]
         return kind, {"op": "warm", "python": plan.python, "argv0": plan.argv0, "env": boot,
                       "uid": msg["uid"], "gid": msg["gid"], "netns": msg["netns"],
                       "mounts": msg.get("mounts")}, blob[0] if blob else None
-
-    def _compiled(self, script: str, kind: str, boot: dict) -> tuple[bytes, int] | None:
-        """(the script's source + its bytecode, the source's length) for a warm call, when
-        that kind's interpreter runs our bytecode: a script is compiled once per change
-        here, not in every call (150 lines took 4 ms).  The call's child reads the file
-        itself, under its own ruleset, and uses this only if it read the same bytes."""
-        if self._magic.get(kind) != _MAGIC or "PYTHONOPTIMIZE" in boot:
-            return None
-        try:
-            st = os.stat(script)
-        except OSError:
-            return None
-        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-        cached = self._codes.get(script)
-        if cached is not None and cached[0] == stamp:
-            return cached[1], cached[2]
-        if st.st_size > MAX_COMPILED:
-            return None
-        try:
-            with open(script, "rb") as f:
-                source = f.read(MAX_COMPILED + 1)
-            code = marshal.dumps(compile(source, script, "exec", dont_inherit=True,
-                                         optimize=0))
-        except (OSError, SyntaxError, ValueError):
-            return None
-        if len(self._codes) > 256:
-            self._codes.clear()
-        self._codes[script] = (stamp, source + code, len(source))
-        return source + code, len(source)
 
     def _say(self, key: str, text: str) -> None:
         """Log a warm-start fallback once."""

@@ -5,11 +5,12 @@ run by a task of its own, independent of the fid and the connection that
 wrote it (9pfuse clunks at once; `9p write` hangs up at once), and ends in
 the tool's latest `out`, `err` and `status`.
 
-Scheduling: calls of `readOnly` tools run as soon as a server-wide slot is
-free; other calls of one agent also take the agent's lock, so they run one
-at a time in the order they were written (asyncio.Lock is FIFO).  Different
-agents never wait for each other except for the server-wide limit; a call
-waiting for either is `queued`.  Killing (flush of the reading fid, `cancel`,
+Scheduling: calls of `readOnly` tools run as soon as a run slot is free for
+them; other calls of one agent also take the agent's lock, so they run one
+at a time in the order they were written (asyncio.Lock is FIFO).  Slots are
+shared fairly (slots.py): a session, and an agent within it, holds at most
+its share, and a freed slot goes to the waiting call whose session holds the
+fewest.  A call waiting for a slot or the lock is `queued`.  Killing (flush of the reading fid, `cancel`,
 `tool_unload`, removal of the agent or session, shutdown) cancels the task,
 and the runner kills the whole process group before the task ends.  A call
 ended that way is over, not interrupted: its readers get `cancelled (input/output
@@ -34,6 +35,7 @@ from ..run.runner import RunRequest
 from ..run.sandbox import load_profile
 from .resident import Residents
 from .sessions import Agent
+from .slots import FairSlots
 
 log = logging.getLogger("toolsrv.calls")
 
@@ -143,11 +145,12 @@ class Scheduler:
     """Runs calls through the runner within the server-wide and per-agent limits."""
 
     def __init__(self, runner: Any, registry: Any, max_runs: int = 16,
-                 max_queued: int = 1024, addr: str = "", connect: Any = None) -> None:
+                 max_queued: int = 1024, addr: str = "", connect: Any = None,
+                 per_session: int | None = None, per_agent: int | None = None) -> None:
         self.runner = runner
         self.registry = registry
         self.connect = connect     # async () -> socket connected to this server, or None
-        self.slots = asyncio.Semaphore(max_runs)
+        self.slots = FairSlots(max_runs, per_session, per_agent)   # slots.py
         self.max_queued = max_queued
         self.addr = addr
         self.bypass = os.environ.get("OLLIE_BYPASS_SOCKET", "")   # passed on to every tool
@@ -206,7 +209,7 @@ class Scheduler:
         call.agent.note(f"call {call.tool} -> {line}")
 
     async def _slot_run(self, call: Call, tool: Any, profile_name: str) -> None:
-        async with self.slots:
+        async with self.slots.hold(call.agent.session.name, call.agent.name):
             remote = getattr(tool, "remote", None)
             if remote is not None:      # another host's tool (toolsrv/hosts): run there
                 await remote.run_call(call, tool)   # sets the outcome; nothing runs here

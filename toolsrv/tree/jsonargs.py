@@ -5,7 +5,8 @@ a prefix that may still become one (wait for more), or bytes that can no
 longer become valid JSON (fail now, naming where).  `validate(tool, args)`
 checks the object against the tool's schema with jsonschema and words the
 first error as `invalid args: <path>: <reason> (invalid argument)`, which
-9pfuse maps to EINVAL.  Compiled validators are cached per schema object.
+9pfuse maps to EINVAL.  Compiled validators are cached per schema object; `validator`
+is the one way any schema becomes a validator (refs resolve only inside the schema).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 
 
 from ..errors import ERRMAX, P9Error
+from ..registry.schemaref import unresolved, validator as schema_validator
 
 _LITERALS = ("true", "false", "null")
 _NUMBER_TAIL = re.compile(r"-?[0-9]*\.?[0-9]*(?:[eE][-+]?[0-9]*)?\s*\Z")
@@ -75,12 +77,13 @@ def _could_continue(text: str, e: json.JSONDecodeError) -> bool:
 
 
 def validator(schema: dict) -> Any:
+    """The validator for any schema (call args, an MCP tool's outputSchema, ...): its own
+    draft, and refs resolve only inside the schema; nothing is fetched (registry/
+    schemaref.py).  Cached per schema object."""
     hit = _validators.get(id(schema))
     if hit is not None and hit[0] is schema:
         return hit[1]
-    import jsonschema     # here, not at start-up: it is a third of the server's imports
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    v = cls(schema)
+    v = schema_validator(schema)   # imports jsonschema here, not at start-up
     _validators[id(schema)] = (schema, v)
     if len(_validators) > 4096:
         _validators.clear()
@@ -100,10 +103,16 @@ def validate(tool: Any, args: dict) -> None:
     Uses the tool's own compiled validator (the registry builds it for the
     draft the schema declares), or compiles one for a bare schema."""
     v = getattr(tool, "validator", None) or validator(tool.schema)
-    if v.is_valid(args):
-        return
-    from jsonschema.exceptions import best_match
-    err = best_match(v.iter_errors(args))
+    try:
+        if v.is_valid(args):
+            return
+        from jsonschema.exceptions import best_match
+        err = best_match(v.iter_errors(args))
+    except Exception as e:          # a $ref outside the schema: refused, never fetched
+        why = unresolved(e)
+        if why is None:
+            raise
+        raise P9Error(fit("invalid args: ", f"the tool's schema: {why}")) from None
     if err is not None:
         where = error_path(err)
         raise P9Error(fit("invalid args: ", (f"{where}: " if where else "") + err.message))

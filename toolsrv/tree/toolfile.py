@@ -44,7 +44,9 @@ class Calls:
         addr = str(app.addrs[0]) if getattr(app, "addrs", None) else ""
         self.sched = Scheduler(app.runner, app.registry, max_runs=app.opts.max_runs,
                                max_queued=getattr(app.opts, "max_queued", 1024), addr=addr,
-                               connect=getattr(app, "internal_connection", None))
+                               connect=getattr(app, "internal_connection", None),
+                               per_session=getattr(app.opts, "max_runs_per_session", None),
+                               per_agent=getattr(app.opts, "max_runs_per_agent", None))
         self.max_args = getattr(app.opts, "max_args", MAX_ARGS)
         self.store.on_remove_agent.append(lambda a: self.sched.kill(a))
         self.store.on_remove_agent.append(self.sched.residents.drop_agent)
