@@ -31,10 +31,11 @@ class P9Error(Exception):
 
 
 def _printable(s: str) -> str:
-    """NUL cannot be sent at all (a 9P string holds none): control characters written out."""
+    """NUL cannot be sent at all (a 9P string holds none): control characters written out
+    (defuse's JOINER aside: it is toolsrv's own, and words() takes it out again)."""
     if s.isprintable():
         return s
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in s)
+    return "".join(c if c.isprintable() or c == JOINER else f"\\x{ord(c):02x}" for c in s)
 
 
 # -- the declared strings (lib9p's where they map well, reworded where not) --
@@ -97,19 +98,30 @@ _BEFORE_EIO = sorted({t for t, _ in _ERRTAB[:[t for t, _ in _ERRTAB].index("inpu
 _BEFORE_EIO_RE = re.compile("|".join(re.escape(t) for t in _BEFORE_EIO), re.IGNORECASE)
 _SYLLABLE = {"permitted": 3, "permission": 3, "access": 2, "exists": 2, "exist": 2}
 
+# U+2060 WORD JOINER: invisible, and no word at all, so "per\u2060mission" is read as
+# "permission" by a person or an agent while 9pfuse's substring match no longer finds it.
+JOINER = "\u2060"
+
 
 def defuse(text: str) -> str:
-    """`text` (words toolsrv passes on: a tool's stderr) with each of 9pfuse's words that
-    would outrank "input/output" hyphenated, so that the errno stays toolsrv's: "no such"
-    -> "no-such", "not found" -> "not-found", "Permission" -> "Per-mission", "exists" ->
-    "ex-ists", "access" -> "ac-cess".  The log keeps the words as they were."""
-    def hyphen(m: re.Match[str]) -> str:
+    """`text` (words toolsrv passes on in an Rerror: a tool's stderr) with a JOINER inside
+    each of 9pfuse's words that would outrank "input/output", so that the errno stays
+    toolsrv's: "no such" -> "no\u2060such", "Permission" -> "Per\u2060mission".  Only the
+    Rerror carries it: `words()` takes it out, and the CLI, the MCP face, `log` and `err`
+    show the tool's words exactly as it wrote them (a JOINER of the tool's own is dropped
+    here, so that words() gives back the text exactly)."""
+    def cut(m: re.Match[str]) -> str:
         w = m.group(0)
         if " " in w:
-            return w.replace(" ", "-", 1)
-        cut = _SYLLABLE.get(w.lower(), len(w) // 2)
-        return f"{w[:cut]}-{w[cut:]}"
-    return _BEFORE_EIO_RE.sub(hyphen, text)
+            return w.replace(" ", " " + JOINER, 1)
+        at = _SYLLABLE.get(w.lower(), len(w) // 2)
+        return f"{w[:at]}{JOINER}{w[at:]}"
+    return _BEFORE_EIO_RE.sub(cut, text.replace(JOINER, ""))
+
+
+def words(ename: str) -> str:
+    """An Rerror's text as a person reads it: defuse() undone (the tool's own words)."""
+    return ename.replace(JOINER, "")
 
 
 def errno_for(ename: str) -> int:

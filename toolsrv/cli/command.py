@@ -10,7 +10,8 @@
     toolsrv mcp [-a ADDR] [--session ID] [--agent NAME] [--tools a,b] [--search]
                 [--http HOST:PORT [--listen-any --token-file FILE]]   (doc/mcp.md)
 
-Client verbs exit 1 with the server's error on stderr.
+Client verbs exit 1 with the server's error on stderr; `call`, and `rdwr` of a call
+file, exit 2 before connecting when the args are not one complete JSON object.
 """
 from __future__ import annotations
 
@@ -432,10 +433,36 @@ def _fmt_mode(mode: int) -> str:
     return kind + statmod.filemode(mode & 0o777)[1:]
 
 
+def _check_args(args: Any) -> int | None:
+    """Args that are not one JSON object stop here, before connecting: exit 2 (usage)."""
+    from .shortcut import args_problem, is_call_path
+    if args.verb == "call":
+        text, what = args.json, args.tool
+    elif args.verb == "rdwr" and is_call_path(args.path):
+        if args.data is None:
+            args.data = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+        text, what = args.data, args.path
+    else:
+        return None
+    why = args_problem(text)
+    if why is None:
+        return None
+    print(f"toolsrv: {what}: {why}; nothing was called", file=sys.stderr)
+    return 2
+
+
 def client_verb(args: Any) -> int:
     from .client import Client, ClientError
+    bad = _check_args(args)
+    if bad is not None:
+        return bad
     try:
         c = Client.connect(args.addr)
+    except (FileNotFoundError, ConnectionRefusedError) as e:    # nothing listens there
+        where = args.addr or str(dial.default_addr())
+        print(f"toolsrv: no toolsrv answers at {where} ({e.strerror or e}): start one with "
+              f'"toolsrv serve" (or "make run" in the checkout)', file=sys.stderr)
+        return 1
     except (OSError, ValueError, ClientError) as e:   # refused: uid, limit, secret
         where = args.addr or str(dial.default_addr())
         print(f"toolsrv: cannot connect to {where}: {e}", file=sys.stderr)
@@ -467,7 +494,8 @@ def _run_verb(c: Any, args: Any) -> int:
     elif v == "write":
         c.write(args.path, sys.stdin.buffer.read())
     elif v == "rdwr":
-        data = args.data.encode() if args.data is not None else sys.stdin.buffer.read()
+        data = args.data.encode("utf-8", "surrogateescape") if args.data is not None \
+            else sys.stdin.buffer.read()
         out.write(c.rdwr(args.path, data))
     elif v == "ls":
         for d in sorted(c.ls(args.path), key=lambda d: d.name):

@@ -12,9 +12,38 @@ and the error is the cwd's.
 """
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from .client import ClientError
+
+CALL_PATH = re.compile(r"(?:^|/)session/[^/]+/agent/[^/]+/tools/[^/]+/call/*$")
+
+
+def is_call_path(path: str) -> bool:
+    """True for a tool's call file (session/S/agent/A/tools/T/call), whose data is args."""
+    return bool(CALL_PATH.search(path.lstrip("./")))
+
+
+def args_problem(text: str) -> str | None:
+    """Why `text` is not one complete JSON object (json's words and where), or None.
+    Said before connecting: truncated JSON would otherwise be written, never make a
+    call, and leave nothing to read (issue 27)."""
+    if not text.strip():
+        return "no args: write one JSON object, such as '{}'"
+    try:
+        val = json.loads(text)
+    except json.JSONDecodeError as e:
+        return (f"args are not one complete JSON object: {e.msg}: line {e.lineno} "
+                f"column {e.colno} (char {e.pos})")
+    except RecursionError:
+        return "args are not one JSON object: nested too deeply"
+    if not isinstance(val, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null",
+                int: "a number", float: "a number"}.get(type(val), type(val).__name__)
+        return f"args must be one JSON object ({{...}}), not {kind}"
+    return None
 
 
 def ensure_dir(c: Any, path: str) -> bool:

@@ -10,7 +10,9 @@ incomplete without a newline is reported at close, in status and log.  Every
 error is in the agent's log whole (P9Error.full), the Rerror's cut aside.  A read of `call` on
 the fid that wrote waits for the end of that call (a Later the server can
 flush: flushing it kills the run); a fid that wrote nothing reads end of file
-at once, as plan9port's `9p rdwr` needs.  Reads of ctl and call slice a
+at once, as plan9port's `9p rdwr` needs, but a read on a fid whose writes hold
+JSON still incomplete (or nothing: an empty Twrite) fails with `invalid args:
+incomplete JSON: …`, in log too, never an empty success.  Reads of ctl and call slice a
 per-fid snapshot of the answer by offset (tree.answer_read: it starts at 0, or
 where the fid's writes ended, as a descriptor's reads after its writes come).
 `out` and `err` are the latest call's streams and wait while it runs; `status`
@@ -105,7 +107,8 @@ class Calls:
             for verb, names in cmds:
                 for n in names:
                     if verb == "tool_load" and self.registry.get(n) is None:
-                        raise P9Error(fit("tool_load: ", f"no such tool: {n}", ""))
+                        raise P9Error(fit("tool_load: ", f"no such tool: {n}: "
+                                          + self.registry.why_missing(n), ""))
                     if verb != "tool_load" and n not in loaded:
                         raise P9Error(fit(f"{verb}: ", f"no such tool loaded: {n}", ""))
                 loaded = (loaded | set(names) if verb == "tool_load" else
@@ -320,6 +323,9 @@ class CallFile(Node):
     def read(self, fid: Any, offset: int, count: int) -> Any:
         call: Call | None = fid.aux.get("call")
         if call is None:
+            if "argbuf" in fid.aux:       # written, but no call made of it: never a success
+                self._refuse(P9Error(fit("invalid args: incomplete JSON: ",
+                                         _incomplete(fid.aux.pop("argbuf")))))
             return b""
         if call.done.is_set():
             return _result(fid, call, offset, count)
@@ -336,6 +342,21 @@ class CallFile(Node):
 
     def remove(self) -> None:
         return None
+
+
+def _incomplete(buf: bytearray) -> str:
+    """Why the bytes a fid wrote are no call: json's own error and where, or nothing."""
+    try:
+        text = bytes(buf).decode()
+    except UnicodeDecodeError:
+        return "ends inside a UTF-8 character"
+    if not text.strip():
+        return "nothing written; write one JSON object, such as {}"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        return f"{e.msg}: line {e.lineno} column {e.colno} (char {e.pos}), after {text[-40:]!r}"
+    return f"{text[-40:]!r}"
 
 
 def _result(fid: Any, call: Call, offset: int, count: int) -> bytes:
@@ -361,6 +382,14 @@ class AgentToolsDir(QuietDir):
 
     def lookup(self, name: str) -> Node | None:
         return self._one(self, name)
+
+    def missing(self, name: str) -> str:
+        """The Rerror of a walk to a tool directory that is not here (server._walk)."""
+        a = getattr(self.parent, "a", None)
+        if a is None or (a.alive and name not in a.loaded):
+            return fit("", f'{name} is not loaded for this agent: write "tool_load {name}" '
+                       "to its ctl", " (file not found)")
+        return fit("", f"{name}: no such tool now", " (file not found)")
 
 
 class StreamFile(Node):
