@@ -496,7 +496,9 @@ def _run_verb(c: Any, args: Any) -> int:
     elif v == "rdwr":
         data = args.data.encode("utf-8", "surrogateescape") if args.data is not None \
             else sys.stdin.buffer.read()
-        out.write(c.rdwr(args.path, data))
+        from .shortcut import call_file, is_call_path
+        out.write(call_file(c, args.path, data) if is_call_path(args.path) else
+                  c.rdwr(args.path, data))
     elif v == "ls":
         for d in sorted(c.ls(args.path), key=lambda d: d.name):
             if args.long:

@@ -77,4 +77,27 @@ def call(c: Any, session: str, agent: str, tool: str, args: str,
     base = f"session/{session}/agent/{agent}"
     ensure_dir(c, base)
     c.rdwr(f"{base}/ctl", f"tool_load {tool}".encode())
-    return c.rdwr(f"{base}/tools/{tool}/call", args.encode())
+    return call_file(c, f"{base}/tools/{tool}/call", args.encode())
+
+
+def call_file(c: Any, path: str, data: bytes) -> bytes:
+    """rdwr of a call file; an error cut to fit an Rerror (ERRMAX) is raised whole, as the
+    agent's log has it (its newest line about that tool that holds the cut's head)."""
+    try:
+        return c.rdwr(path, data)
+    except ClientError as e:
+        why = str(e)
+        if not why.endswith("...") or not is_call_path(path):
+            raise
+        parts = path.strip("/").split("/")
+        tool, log = parts[-2], "/".join(parts[:-3] + ["log"])
+        try:
+            lines = c.read(log).decode("utf-8", "replace").splitlines()
+        except ClientError:
+            raise e from None
+        head = why[:-3]
+        for line in reversed(lines):
+            at = line.find(head)
+            if f" call {tool} " in line and at >= 0:
+                raise ClientError(line[at:]) from None
+        raise

@@ -130,7 +130,10 @@ class Registry:
             return f"not usable (see tools/errors): {why}"
         import difflib
         close = difflib.get_close_matches(name, self._sorted_names(), n=3, cutoff=0.6)
-        if close:
+        if close:                             # the nearest, and any as near as they
+            best = difflib.SequenceMatcher(None, name, close[0]).ratio()
+            close = [c for c in close
+                     if difflib.SequenceMatcher(None, name, c).ratio() >= best - 0.1]
             return "did you mean " + " or ".join(close) + "?"
         return "not in tools/index"
 
