@@ -25,9 +25,39 @@ class P9Error(Exception):
         ename = _printable(" ".join(str(ename).split()))  # one line, no control chars
         self.full = ename if full is None else _printable(" ".join(str(full).split()))
         if len(ename.encode()) >= ERRMAX:
-            ename = ename.encode()[: ERRMAX - 4].decode("utf-8", "ignore") + "..."
+            ename = shorten(ename, ERRMAX - 1)
         super().__init__(ename)
         self.ename = ename
+
+
+def shorten(text: str, room: int) -> str:
+    """`text` in at most `room` bytes: words are taken out of its middle (the head says
+    what failed, the tail often the errno word) and "..." stands where they were; a word
+    holding a "/" (a path) is never cut.  Only when the paths and the ends alone do not
+    fit is the end cut."""
+    if len(text.encode()) <= room:
+        return text
+    words = text.split(" ")
+    n = len(words)
+    order = sorted((i for i in range(1, n - 1) if "/" not in words[i]),
+                   key=lambda i: (abs(i - n / 2), i))
+    gone: set[int] = set()
+    for i in order:
+        gone.add(i)
+        out = _joined(words, gone)
+        if len(out.encode()) <= room:
+            return out
+    return text.encode()[: max(room - 3, 0)].decode("utf-8", "ignore") + "..."
+
+
+def _joined(words: list[str], gone: set[int]) -> str:
+    out: list[str] = []
+    for i, w in enumerate(words):
+        if i not in gone:
+            out.append(w)
+        elif not out or out[-1] != "...":
+            out.append("...")
+    return " ".join(out)
 
 
 def _printable(s: str) -> str:

@@ -87,7 +87,7 @@ def call_file(c: Any, path: str, data: bytes) -> bytes:
         return c.rdwr(path, data)
     except ClientError as e:
         why = str(e)
-        if not why.endswith("...") or not is_call_path(path):
+        if "..." not in why or not is_call_path(path):
             raise
         parts = path.strip("/").split("/")
         tool, log = parts[-2], "/".join(parts[:-3] + ["log"])
@@ -95,7 +95,7 @@ def call_file(c: Any, path: str, data: bytes) -> bytes:
             lines = c.read(log).decode("utf-8", "replace").splitlines()
         except ClientError:
             raise e from None
-        head = why[:-3]
+        head = why.split("...")[0].rstrip()
         for line in reversed(lines):
             at = line.find(head)
             if f" call {tool} " in line and at >= 0:
