@@ -38,6 +38,14 @@ def shorten(text: str, room: int) -> str:
     if len(text.encode()) <= room:
         return text
     words = text.split(" ")
+    for i in sorted(range(len(words)), key=lambda i: -len(words[i])):   # a long value: its
+        w = words[i]                                                    # middle goes first
+        if len(" ".join(words).encode()) <= room or len(w) <= 40 or "/" in w:
+            break
+        words[i] = w[:24] + "..." + w[-12:]
+    text = " ".join(words)
+    if len(text.encode()) <= room:
+        return text
     n = len(words)
     order = sorted((i for i in range(1, n - 1) if "/" not in words[i]),
                    key=lambda i: (abs(i - n / 2), i))
@@ -134,10 +142,10 @@ JOINER = "\u2060"
 
 
 def defuse(text: str) -> str:
-    """`text` (words toolsrv passes on in an Rerror: a tool's stderr) with a JOINER inside
+    """`text` (words toolsrv passes on to 9pfuse: a tool's stderr) with a JOINER inside
     each of 9pfuse's words that would outrank "input/output", so that the errno stays
-    toolsrv's: "no such" -> "no\u2060such", "Permission" -> "Per\u2060mission".  Only the
-    Rerror carries it: `words()` takes it out, and the CLI, the MCP face, `log` and `err`
+    toolsrv's: "no such" -> "no \u2060such", "Permission" -> "Per\u2060mission".  Only the
+    9P error string carries it: `words()` takes it out, and the CLI, the MCP face, `log` and `err`
     show the tool's words exactly as it wrote them (a JOINER of the tool's own is dropped
     here, so that words() gives back the text exactly)."""
     def cut(m: re.Match[str]) -> str:
@@ -150,7 +158,7 @@ def defuse(text: str) -> str:
 
 
 def words(ename: str) -> str:
-    """An Rerror's text as a person reads it: defuse() undone (the tool's own words)."""
+    """An error string as a person reads it: defuse() undone (the tool's own words)."""
     return ename.replace(JOINER, "")
 
 

@@ -92,10 +92,11 @@ def test_the_log_holds_the_whole_reason_the_rerror_cuts(srv):
             rdwr(c, a + "/tools/complain/call", json.dumps({"say": say}).encode())
         assert last_log_line(c, a).endswith(f": {say}")
         msg = str(e.value)
-        assert len(msg.encode()) < 128 and msg.endswith("..."), msg
+        assert len(msg.encode()) < 128 and " ... " in msg, msg      # its middle taken out
+        assert msg.endswith(" outside this scope") and "session/x/sandbox" in msg
         long = "y" * 300
-        with pytest.raises(RemoteError, match=r"^invalid args: path: 'yyy.*\.\.\. "
-                                              r"\(invalid argument\)$"):
+        with pytest.raises(RemoteError, match=r"^invalid args: path: 'yyy.*\.\.\.yyy.*' is too "
+                                              r"long \(invalid argument\)$"):
             rdwr(c, a + "/tools/short/call", json.dumps({"path": long}).encode())
         assert f"-> invalid args: path: '{long}' is too long (invalid argument)" in \
             last_log_line(c, a)

@@ -9,6 +9,7 @@
     toolsrv import-mcp [--prefix P] [--dir DIR] [--force] -- COMMAND [ARGS...]
     toolsrv mcp [-a ADDR] [--session ID] [--agent NAME] [--tools a,b] [--search]
                 [--http HOST:PORT [--listen-any --token-file FILE]]   (doc/mcp.md)
+    toolsrv mcp --config [claude|cursor|vscode]   (a client's configuration JSON)
 
 Client verbs exit 1 with the server's error on stderr; `call`, and `rdwr` of a call
 file, exit 2 before connecting when the args are not one complete JSON object.
@@ -121,6 +122,11 @@ def _mcp_parser(m: argparse.ArgumentParser) -> None:
                    "at ADDR instead of serving in process")
     m.add_argument("--uvloop", action="store_true", help="run on uvloop (pip install "
                    "'toolsrv[fast]'; also TOOLSRV_UVLOOP=1)")
+    m.add_argument("--config", nargs="?", const="claude", choices=("claude", "cursor",
+                   "vscode"), help="print the JSON for an MCP client's configuration that "
+                   "starts this toolsrv mcp (absolute path, -a ADDR, the options given): "
+                   "mcpServers for Claude Desktop and Cursor (the default), servers for "
+                   "vscode; serves nothing")
     m.add_argument("-v", dest="verbose", action="store_true", help="log more")
 
 
@@ -316,6 +322,9 @@ MCP_MISSING = ("toolsrv mcp: the MCP SDK is not installed (it is needed by this 
 
 def mcp_verb(args: Any) -> int:
     """`toolsrv mcp`: the MCP face (toolsrv/mcp/); the SDK is imported there alone."""
+    if getattr(args, "config", None):     # a client's configuration: needs no SDK
+        from .mcpconfig import print_config
+        return print_config(args)
     try:
         from ..mcp import server  # noqa: F401  (the SDK: missing, or a 1.x without mcp_types)
         from ..mcp.run import mcp_main

@@ -76,28 +76,38 @@ def call(c: Any, session: str, agent: str, tool: str, args: str,
             raise
     base = f"session/{session}/agent/{agent}"
     ensure_dir(c, base)
-    c.rdwr(f"{base}/ctl", f"tool_load {tool}".encode())
+    try:
+        c.rdwr(f"{base}/ctl", f"tool_load {tool}".encode())
+    except ClientError as e:
+        raise whole(c, f"{base}/log", " ctl ", e) from None
     return call_file(c, f"{base}/tools/{tool}/call", args.encode())
 
 
 def call_file(c: Any, path: str, data: bytes) -> bytes:
-    """rdwr of a call file; an error cut to fit an Rerror (ERRMAX) is raised whole, as the
-    agent's log has it (its newest line about that tool that holds the cut's head)."""
+    """rdwr of a call file; an error cut to fit an Rerror (ERRMAX) is raised whole."""
     try:
         return c.rdwr(path, data)
     except ClientError as e:
-        why = str(e)
-        if "..." not in why or not is_call_path(path):
+        if not is_call_path(path):
             raise
         parts = path.strip("/").split("/")
-        tool, log = parts[-2], "/".join(parts[:-3] + ["log"])
-        try:
-            lines = c.read(log).decode("utf-8", "replace").splitlines()
-        except ClientError:
-            raise e from None
-        head = why.split("...")[0].rstrip()
-        for line in reversed(lines):
-            at = line.find(head)
-            if f" call {tool} " in line and at >= 0:
-                raise ClientError(line[at:]) from None
-        raise
+        raise whole(c, "/".join(parts[:-3] + ["log"]), f" call {parts[-2]} ", e) from None
+
+
+def whole(c: Any, log: str, key: str, e: ClientError) -> ClientError:
+    """`e`, or, when the Rerror was shortened to fit ERRMAX ("..." in it), the whole
+    reason as the agent's `log` has it: its newest line holding `key` and the text before
+    the first "...", from there on."""
+    why = str(e)
+    if "..." not in why:
+        return e
+    try:
+        lines = c.read(log).decode("utf-8", "replace").splitlines()
+    except ClientError:
+        return e
+    head = why.split("...")[0].rstrip()
+    for line in reversed(lines):
+        at = line.find(head)
+        if key in line and at >= 0:
+            return ClientError(line[at:])
+    return e

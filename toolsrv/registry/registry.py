@@ -119,7 +119,8 @@ class Registry:
 
     def why_missing(self, name: str) -> str:
         """Why `name` is not a visible tool, and what to do, in one line: its .meta's error,
-        the variants that hide it, its missing command, or the closest names."""
+        the variants that hide it, its missing command, or the closest names ("" when
+        there is nothing more to say than that it is unknown)."""
         e = self._entries.get(name)
         if e is not None and e.tool is None and e.errors:
             why = e.errors[-1][1]
@@ -135,7 +136,7 @@ class Registry:
             close = [c for c in close
                      if difflib.SequenceMatcher(None, name, c).ratio() >= best - 0.1]
             return "did you mean " + " or ".join(close) + "?"
-        return "not in tools/index"
+        return ""
 
     def names(self) -> list[str]:
         """The visible tools' names, sorted (a copy)."""

@@ -126,9 +126,10 @@ def outcome(call: Call, limit: str = "") -> None:
         call.reason = f"output too long: {r.truncated} cut at {_size(r)}"
     elif r.timed_out:
         call.state = "timeout"
-        call.detail = (f"timeout after {r.timeout_used:g}s (limit: "
-                       f"{limit or limit_source(None)}); out and err keep its output")
-        call.reason = str(fit("", call.detail, ""))
+        call.reason = fit(f"timeout after {r.timeout_used:g}s ",
+                          f"(limit: {limit or limit_source(None)}); out and err keep its output",
+                          "")
+        call.detail = call.reason.full
     elif r.cancelled:
         call.state, call.reason = "killed", E.ECANCELLED
     elif r.exit_code == 0:

@@ -107,8 +107,9 @@ class Calls:
             for verb, names in cmds:
                 for n in names:
                     if verb == "tool_load" and self.registry.get(n) is None:
-                        raise P9Error(fit("tool_load: ", f"no such tool: {n}: "
-                                          + self.registry.why_missing(n), ""))
+                        more = self.registry.why_missing(n)
+                        raise P9Error(fit("tool_load: ", f"no such tool: {n}"
+                                          + (f": {more}" if more else ""), ""))
                     if verb != "tool_load" and n not in loaded:
                         raise P9Error(fit(f"{verb}: ", f"no such tool loaded: {n}", ""))
                 loaded = (loaded | set(names) if verb == "tool_load" else
