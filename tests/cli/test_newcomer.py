@@ -221,3 +221,71 @@ def test_json_args_examples_in_the_repo_are_objects():
         if "toolsrv call " in line and "'" in line:
             arg = line.split("'")[1]
             assert args_problem(arg) is None, line
+
+
+# ------------------------------------------------------------------ 6. smaller
+
+def test_the_banner_examples_work_after_the_readme_tour():
+    """The tour makes session/demo with a private cwd: the banner's examples (a session of
+    their own, made where they are typed) still work, run from the checkout."""
+    from test_cli import banner_examples
+    with serving() as (env, banner, _):
+        assert run(env, "mkdir", "session/demo").returncode == 0     # the tour's first step
+        assert run(env, "mkdir", "session/demo/agent/me").returncode == 0
+        assert " demo " not in banner and "session/demo/" not in banner
+        banner_examples(env, banner)
+
+
+def test_help_lists_import_mcp():
+    r = subprocess.run(TOOLSRV + ["--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "import-mcp" in r.stdout
+    assert "sandbox profile it needs" in r.stdout
+
+
+def test_qid_version_and_mtime_move_with_the_content(served):
+    env = served[0]
+    a = "session/qv/agent/me"
+    with Client.connect(addr(env)) as c:
+        c.mkdir("session/qv")
+        c.mkdir(a)
+        paths = [f"{a}/ctl", f"{a}/log", "session/qv/cwd"]
+        before = {p: c.stat(p) for p in paths}
+        assert c.stat(f"{a}/ctl").qid.vers == before[f"{a}/ctl"].qid.vers   # no change, none
+        c.rdwr(f"{a}/ctl", b"tool_load speak")
+        c.write("session/qv/cwd", b"/tmp\n")
+        tool = [f"{a}/tools/speak/{n}" for n in ("out", "err", "status")]
+        first = {p: c.stat(p) for p in tool}
+        with pytest.raises(ClientError):
+            c.rdwr(f"{a}/tools/speak/call", b"{}")
+        for p in paths + tool:
+            old, new = (before if p in before else first)[p], c.stat(p)
+            assert new.qid.vers != old.qid.vers, p
+            assert new.qid.path == old.qid.path and new.mtime >= old.mtime, p
+        d = os.path.join(env["HOME"], ".config", "ollie", "tools")
+        m0 = c.stat("tools/speak/meta")
+        rev = int(c.read("revision"))
+        with open(os.path.join(d, "speak.meta"), "w") as f:
+            json.dump({"description": "speaks, changed", "args": {"type": "object"}}, f)
+        assert wait_until(lambda: int(c.read("revision")) > rev, 30)
+        m1 = c.stat("tools/speak/meta")
+        assert m1.qid.vers != m0.qid.vers and m1.mtime >= m0.mtime
+
+
+def test_revwait_reads_honour_the_offset(served):
+    env = served[0]
+    with Client.connect(addr(env)) as c:
+        d = os.path.join(env["HOME"], ".config", "ollie", "tools")
+        with open(os.path.join(d, "revwait_bump.meta"), "w") as f:     # a revision past 0
+            json.dump({"description": "bump", "cmd": "true"}, f)
+        assert wait_until(lambda: int(c.read("revision")) > 0, 30)
+        rev = c.read("revision")
+        fid = c.open("revwait", ORDWR)
+        try:
+            assert c.rpc(Tread(0, fid, 0, 100)).data == rev
+            assert c.rpc(Tread(0, fid, 1, 100)).data == rev[1:]     # sliced, like any file
+            assert c.rpc(Tread(0, fid, len(rev), 100)).data == b""
+            c.rpc(Twrite(0, fid, 0, b"0\n"))                         # long past: at once
+            assert c.rpc(Tread(0, fid, 2, 100)).data == rev         # where the write ended
+            assert c.rpc(Tread(0, fid, 2 + len(rev), 100)).data == b""
+        finally:
+            c.clunk(fid)

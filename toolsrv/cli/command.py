@@ -92,6 +92,10 @@ def build_parser(only: str | None = None,
     if only in (None, "umount"):
         u = sub.add_parser("umount", help="unmount a 9pfuse mount")
         u.add_argument("mountpoint", nargs="?")
+    if only is None:       # main() hands import-mcp its own parser (importmcp.parse)
+        sub.add_parser("import-mcp", help="write one resident .meta per tool of an MCP "
+                       "server, and the sandbox profile it needs (toolsrv import-mcp -h)",
+                       add_help=False).add_argument("rest", nargs="...")
     if only in (None, "mcp"):
         _mcp_parser(sub.add_parser("mcp", help="serve the tools to MCP clients (stdio, or "
                                    "streamable HTTP); needs pip install 'toolsrv[mcp]'"))

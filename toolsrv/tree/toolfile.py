@@ -29,7 +29,8 @@ from ..errors import P9Error
 from .fs import AgentDir, after_save, json_text
 from .jsonargs import fit, json_state, take_elevated, validate
 from .sessions import Agent
-from .node import Dir_, FixedDir, Node, Pending, TextFile, answer_read, answered, snapshot_read
+from .node import (CHANGES, Dir_, FixedDir, Node, Pending, TextFile, answer_read, answered,
+                   snapshot_read)
 
 CHUNK_WAIT = 4096   # a Twrite this long may be one piece of a longer write(2) (9pfuse's
                     # pieces are 4 KiB): its line, or its JSON, may continue in the next
@@ -65,8 +66,8 @@ class Calls:
         if name == "ctl":
             return CtlFile("ctl", q, d, self, a)
         if name == "log":
-            return TextFile("log", q, d, lambda: bytes(a.log),
-                            append=True, quiet_remove=True)
+            return TextFile("log", q, d, lambda: bytes(a.log), append=True, quiet_remove=True,
+                            changes=lambda: (len(a.log), bytes(a.log[-64:])))
         if name == "search":
             from .searchfile import AgentSearchFile
             return AgentSearchFile("search", q, d, self.searcher, a)
@@ -192,6 +193,12 @@ class CtlFile(Node):
     def length(self) -> int:
         return len(self._text())
 
+    def version(self) -> int:       # qid.vers and mtime move with the tools loaded
+        return CHANGES.get(self.qpath, tuple(self.a.loaded))[0]
+
+    def mtime(self) -> int:
+        return CHANGES.get(self.qpath, tuple(self.a.loaded))[1]
+
     def read(self, fid: Any, offset: int, count: int) -> bytes:
         return answer_read(fid, self._text, offset, count)
 
@@ -245,7 +252,8 @@ class ToolCallDir(FixedDir):
         if name == "call":
             return CallFile("call", q, self)
         if name == "status":
-            return TextFile("status", q, self, self._status, quiet_remove=True)
+            return TextFile("status", q, self, self._status, quiet_remove=True,
+                            changes=self._status)
         return StreamFile(name, q, self, "stdout" if name == "out" else "stderr")
 
     def latest(self) -> Call | None:
@@ -407,6 +415,16 @@ class StreamFile(Node):
 
     def length(self) -> int:
         return len(self._data(self.parent.latest()))
+
+    def _key(self) -> Any:
+        call = self.parent.latest()       # a Call compares by identity
+        return call, len(self._data(call)), call is not None and call.done.is_set()
+
+    def version(self) -> int:
+        return CHANGES.get(self.qpath, self._key())[0]
+
+    def mtime(self) -> int:
+        return CHANGES.get(self.qpath, self._key())[1]
 
     def read(self, fid: Any, offset: int, count: int) -> Any:
         if offset and "snapshot" in fid.aux:
