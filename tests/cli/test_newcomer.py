@@ -91,6 +91,8 @@ def test_a_read_after_incomplete_or_empty_json_is_an_error_not_an_empty_success(
         with pytest.raises(ClientError, match=r"^invalid args: incomplete JSON: nothing "
                            r"written.* \(invalid argument\)$"):
             c.rdwr(call, b"")
+        status = c.read("session/inc/agent/me/tools/file_read/status").decode()
+        assert status.startswith("invalid: invalid args: incomplete JSON"), status
         # in pieces, on one fid: the read between them is the error; a fid that wrote
         # nothing still reads end of file at once (plan9port's `9p rdwr` reads first)
         fid = c.open(call, ORDWR)
@@ -98,12 +100,14 @@ def test_a_read_after_incomplete_or_empty_json_is_an_error_not_an_empty_success(
         c.rpc(Twrite(0, fid, 0, b'{"pa'))
         with pytest.raises(ClientError, match="incomplete JSON"):
             c.rpc(Tread(0, fid, 4, 100))
+        # the bytes stay: a next write completes them (`9p rdwr` reads after each line)
+        c.rpc(Twrite(0, fid, 4, b'th": "/nonexistent-27"}'))
+        with pytest.raises(ClientError, match="no such file: /nonexistent-27"):
+            c.rpc(Tread(0, fid, 27, 100))          # the call ran
         c.clunk(fid)
         log = c.read("session/inc/agent/me/log").decode()
         assert log.count("invalid args: incomplete JSON") == 3, log
         assert "discarded at close" not in log         # said once, by the read
-        status = c.read("session/inc/agent/me/tools/file_read/status").decode()
-        assert status.startswith("invalid: invalid args: incomplete JSON"), status
 
 
 # ------------------------------------------------------------------ 2. errors that name the fix

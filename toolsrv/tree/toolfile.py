@@ -12,7 +12,8 @@ the fid that wrote waits for the end of that call (a Later the server can
 flush: flushing it kills the run); a fid that wrote nothing reads end of file
 at once, as plan9port's `9p rdwr` needs, but a read on a fid whose writes hold
 JSON still incomplete (or nothing: an empty Twrite) fails with `invalid args:
-incomplete JSON: …`, in log too, never an empty success.  Reads of ctl and call slice a
+incomplete JSON: …`, in log too, never an empty success; the bytes stay, so a
+next write may still complete them (plan9port's `9p rdwr` reads after each line).  Reads of ctl and call slice a
 per-fid snapshot of the answer by offset (tree.answer_read: it starts at 0, or
 where the fid's writes ended, as a descriptor's reads after its writes come).
 `out` and `err` are the latest call's streams and wait while it runs; `status`
@@ -323,7 +324,7 @@ class CallFile(Node):
     def clunk(self, fid: Any) -> None:
         """JSON left incomplete when the writer closes is reported, not lost."""
         buf = fid.aux.get("argbuf")
-        if buf and "call" not in fid.aux:
+        if buf and "call" not in fid.aux and fid.aux.get("told") != len(buf):  # not yet said
             d = self.parent
             why = fit("invalid args: ", f"incomplete JSON discarded at close: {bytes(buf)[:60]!r}")
             d.calls.latest(d.a)[d.tool] = invalid_call(d.tool, d.a, why)
@@ -332,9 +333,10 @@ class CallFile(Node):
     def read(self, fid: Any, offset: int, count: int) -> Any:
         call: Call | None = fid.aux.get("call")
         if call is None:
-            if "argbuf" in fid.aux:       # written, but no call made of it: never a success
-                self._refuse(P9Error(fit("invalid args: incomplete JSON: ",
-                                         _incomplete(fid.aux.pop("argbuf")))))
+            buf = fid.aux.get("argbuf")
+            if buf is not None:           # written, but no call made of it: never a success
+                fid.aux["told"] = len(buf)     # kept: a next write may still complete it
+                self._refuse(P9Error(fit("invalid args: incomplete JSON: ", _incomplete(buf))))
             return b""
         if call.done.is_set():
             return _result(fid, call, offset, count)
