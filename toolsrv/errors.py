@@ -31,26 +31,27 @@ class P9Error(Exception):
 
 
 def shorten(text: str, room: int) -> str:
-    """`text` in at most `room` bytes: words are taken out of its middle (the head says
-    what failed, the tail often the errno word) and "..." stands where they were; a word
-    holding a "/" (a path) is never cut.  Only when the paths and the ends alone do not
-    fit is the end cut."""
+    """`text` in at most `room` bytes, never cut through a path (a word holding "/"): a
+    long value (a word over 40 characters) loses its middle first, then whole words go
+    from just before the last word backwards ("..." stands where they were), so the head
+    (what failed, the errno word) and the last word stay.  Only when the paths and the
+    ends alone do not fit is the end cut."""
     if len(text.encode()) <= room:
         return text
     words = text.split(" ")
-    for i in sorted(range(len(words)), key=lambda i: -len(words[i])):   # a long value: its
-        w = words[i]                                                    # middle goes first
-        if len(" ".join(words).encode()) <= room or len(w) <= 40 or "/" in w:
+    for i in sorted(range(len(words)), key=lambda i: -len(words[i])):
+        w, over = words[i], len(" ".join(words).encode()) - room
+        if over <= 0 or len(w) <= 40 or "/" in w:
             break
-        words[i] = w[:24] + "..." + w[-12:]
+        keep = max(len(w) - over - 3, 24)          # characters of it left, around "..."
+        words[i] = w[:keep * 2 // 3] + "..." + w[len(w) - (keep - keep * 2 // 3):]
     text = " ".join(words)
     if len(text.encode()) <= room:
         return text
-    n = len(words)
-    order = sorted((i for i in range(1, n - 1) if "/" not in words[i]),
-                   key=lambda i: (abs(i - n / 2), i))
     gone: set[int] = set()
-    for i in order:
+    for i in range(len(words) - 2, 0, -1):
+        if "/" in words[i]:
+            continue
         gone.add(i)
         out = _joined(words, gone)
         if len(out.encode()) <= room:

@@ -102,11 +102,11 @@ def test_no_profile_keeps_the_old_way_and_a_foreign_profile_is_not_replaced(home
 
 def test_a_long_error_is_shortened_in_the_middle_and_keeps_its_path_whole():
     path = "/home/someone/work/a-project/.venv/bin/mcp-server-time"
-    why = (f"could not start: exec: {path}: permission denied by the kernel because the "
-           "sandbox does not grant it rox and so on and on and on")
+    why = ("could not start: the sandbox does not grant it rox, so the kernel refused the "
+           f"exec of the server's program, exec: {path}: permission denied")
     e = P9Error(fit("resident: ", why, " (input/output error)"))
     assert len(e.ename.encode()) < ERRMAX
-    assert path in e.ename and e.ename.startswith("resident: could not start: exec: ")
+    assert path in e.ename and e.ename.startswith("resident: could not start: ")
     assert e.ename.endswith(" (input/output error)") and "..." in e.ename
     assert e.full == f"resident: {why} (input/output error)"
     long = P9Error("x " * 40 + path + " y" * 40)

@@ -93,7 +93,7 @@ def test_the_log_holds_the_whole_reason_the_rerror_cuts(srv):
         assert last_log_line(c, a).endswith(f": {say}")
         msg = str(e.value)
         assert len(msg.encode()) < 128 and " ... " in msg, msg      # its middle taken out
-        assert msg.endswith(" outside this scope") and "session/x/sandbox" in msg
+        assert msg.endswith(" scope") and "session/x/sandbox" in msg
         long = "y" * 300
         with pytest.raises(RemoteError, match=r"^invalid args: path: 'yyy.*\.\.\.yyy.*' is too "
                                               r"long \(invalid argument\)$"):
@@ -101,7 +101,7 @@ def test_the_log_holds_the_whole_reason_the_rerror_cuts(srv):
         assert f"-> invalid args: path: '{long}' is too long (invalid argument)" in \
             last_log_line(c, a)
         name = "x" * 120                              # a legal name, too long for ERRMAX
-        with pytest.raises(RemoteError, match=r"^tool_load: no such tool: xxx.*\.\.\.$"):
+        with pytest.raises(RemoteError, match=r"^tool_load: no such tool: xxx+\.\.\.x+$"):
             rdwr(c, a + "/ctl", f"tool_load {name}".encode())
         assert last_log_line(c, a).endswith(f"-> error: tool_load: no such tool: {name}")
 

@@ -25,8 +25,8 @@ from toolsrv.proto import DMDIR
 from .. import errors as E
 from ..errors import P9Error
 from .sessions import Agent, Session, SessionStore
-from .node import (CHANGES, Committed, Dir_, FixedDir, Node, Qids, TextFile, answer_read, answered,
-                   snapshot_read)
+from .node import (Committed, Dir_, FixedDir, Node, Qids, TextFile, answer_read, answered,
+                   changes, snapshot_read)
 
 log = logging.getLogger("toolsrv.fs")
 VALUE_MAX = 4096   # bytes of a cwd or sandbox value (PATH_MAX)
@@ -366,10 +366,10 @@ class ValueFile(Node):
         return len(self._text())
 
     def version(self) -> int:
-        return CHANGES.get(self.qpath, self.get())[0]
+        return changes(self)(self.qpath, self.get())[0]
 
     def mtime(self) -> int:
-        return CHANGES.get(self.qpath, self.get())[1]
+        return changes(self)(self.qpath, self.get())[1]
 
     def read(self, fid: Any, offset: int, count: int) -> bytes:
         return snapshot_read(fid, self._text, offset, count)

@@ -96,7 +96,8 @@ class Changes:
     status, tools/<t>/meta), as lib9p's rwrite bumps them: each file gives a cheap key of
     its content (the content itself when small); when the key differs from the one seen
     last, the file's version takes the next number of one server-wide counter and its
-    mtime is now.  A file is first seen with version 0 and mtime the server's start.  The
+    mtime is now.  A file is first seen with version 0 and mtime the server's start.  One
+    per tree (`changes`), kept by its root.  The
     table forgets everything past LIMIT files; a version is never reused after that, since
     the counter only grows."""
 
@@ -106,7 +107,7 @@ class Changes:
         self._seen: dict[int, tuple[Any, int, int]] = {}
         self._count = itertools.count(1)
 
-    def get(self, qpath: int, key: Any) -> tuple[int, int]:
+    def moved(self, qpath: int, key: Any) -> tuple[int, int]:
         """(version, mtime) of the file with this qid path, whose content has `key`."""
         hit = self._seen.get(qpath)
         if hit is not None and hit[0] == key:
@@ -118,7 +119,16 @@ class Changes:
         return vers, mtime
 
 
-CHANGES = Changes()
+def changes(node: "Node") -> Any:
+    """The `moved` of the tree `node` is in (its root keeps one Changes: qid paths are a
+    tree's own, and two servers in one process have the same ones)."""
+    root = node
+    while root.parent is not root:
+        root = root.parent
+    ch = root.__dict__.get("changes_")
+    if ch is None:
+        ch = root.__dict__["changes_"] = Changes()
+    return ch.moved
 
 
 class Qids:
@@ -295,12 +305,12 @@ class TextFile(Node):
 
     def version(self) -> int:
         if self._changes is not None:
-            return CHANGES.get(self.qpath, self._changes())[0]
+            return changes(self)(self.qpath, self._changes())[0]
         return self._version() if self._version else 0
 
     def mtime(self) -> int:
         if self._changes is not None:
-            return CHANGES.get(self.qpath, self._changes())[1]
+            return changes(self)(self.qpath, self._changes())[1]
         return BOOT_TIME
 
     def length(self) -> int:

@@ -30,8 +30,8 @@ from ..errors import P9Error
 from .fs import AgentDir, after_save, json_text
 from .jsonargs import fit, json_state, take_elevated, validate
 from .sessions import Agent
-from .node import (CHANGES, Dir_, FixedDir, Node, Pending, TextFile, answer_read, answered,
-                   snapshot_read)
+from .node import (Dir_, FixedDir, Node, Pending, TextFile, answer_read, answered,
+                   changes, snapshot_read)
 
 CHUNK_WAIT = 4096   # a Twrite this long may be one piece of a longer write(2) (9pfuse's
                     # pieces are 4 KiB): its line, or its JSON, may continue in the next
@@ -195,10 +195,10 @@ class CtlFile(Node):
         return len(self._text())
 
     def version(self) -> int:       # qid.vers and mtime move with the tools loaded
-        return CHANGES.get(self.qpath, tuple(self.a.loaded))[0]
+        return changes(self)(self.qpath, tuple(self.a.loaded))[0]
 
     def mtime(self) -> int:
-        return CHANGES.get(self.qpath, tuple(self.a.loaded))[1]
+        return changes(self)(self.qpath, tuple(self.a.loaded))[1]
 
     def read(self, fid: Any, offset: int, count: int) -> bytes:
         return answer_read(fid, self._text, offset, count)
@@ -423,10 +423,10 @@ class StreamFile(Node):
         return call, len(self._data(call)), call is not None and call.done.is_set()
 
     def version(self) -> int:
-        return CHANGES.get(self.qpath, self._key())[0]
+        return changes(self)(self.qpath, self._key())[0]
 
     def mtime(self) -> int:
-        return CHANGES.get(self.qpath, self._key())[1]
+        return changes(self)(self.qpath, self._key())[1]
 
     def read(self, fid: Any, offset: int, count: int) -> Any:
         if offset and "snapshot" in fid.aux:
