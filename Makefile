@@ -15,14 +15,20 @@ EDITABLE := --config-settings editable_mode=strict
 MODULES := $(sort $(shell find toolsrv -name '*.py'))
 MODLIST := build/.modules
 
-.PHONY: run test test-slow bench clean FORCE
+.PHONY: run test test-slow bench clean man FORCE
 .DEFAULT_GOAL := $(STAMP)
 
 $(MODLIST): FORCE
 	@mkdir -p build
 	@echo '$(MODULES)' | cmp -s - $@ || echo '$(MODULES)' > $@
 
-$(STAMP): setup.cfg pyproject.toml $(MODLIST)
+# the man pages, package data: made from their Markdown (doc/mdroff.py) before each install
+MAN := toolsrv/man/toolsrv.1 toolsrv/man/toolsrv.4
+man: $(MAN)
+toolsrv/man/toolsrv.%: doc/toolsrv.%.md doc/mdroff.py
+	$(PY) doc/mdroff.py $< > $@.tmp && mv $@.tmp $@
+
+$(STAMP): setup.cfg pyproject.toml $(MODLIST) $(MAN)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[test,mcp,search,lsp]'

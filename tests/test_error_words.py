@@ -416,8 +416,9 @@ def test_the_scan_finds_what_it_must(tmp_path, monkeypatch):
     (pkg / "mod.py").write_text(FAKE)
     monkeypatch.syspath_prepend(str(tmp_path))
     scan = Scan(str(pkg), "fakepkg").run()
-    assert sorted(_bad(scan)) == ["mod.py:12: 'profile {…} (invalid argument)'",
-                                  "mod.py:7: 'elevation refused: {…}'"]
+    # "profile {…} (invalid argument)" keeps its word: P9Error shortens a long string in
+    # its middle (errors.shorten), so a long value no longer pushes the suffix out
+    assert sorted(_bad(scan)) == ["mod.py:7: 'elevation refused: {…}'"]
     assert scan.unfollowed == ["mod.py:20: call of x.render"]
     assert len(scan.templates) == 4
 

@@ -45,7 +45,7 @@ def test_table_quirks():
 
 def test_long_errors_are_cut_to_errmax():
     e = E.P9Error("exit 1: " + "x" * 500)
-    assert len(e.ename.encode()) < E.ERRMAX and e.ename.endswith("...")
+    assert len(e.ename.encode()) < E.ERRMAX and "..." in e.ename    # its middle out
     assert "\n" not in E.P9Error("a\nb").ename
 
 

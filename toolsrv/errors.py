@@ -25,16 +25,56 @@ class P9Error(Exception):
         ename = _printable(" ".join(str(ename).split()))  # one line, no control chars
         self.full = ename if full is None else _printable(" ".join(str(full).split()))
         if len(ename.encode()) >= ERRMAX:
-            ename = ename.encode()[: ERRMAX - 4].decode("utf-8", "ignore") + "..."
+            ename = shorten(ename, ERRMAX - 1)
         super().__init__(ename)
         self.ename = ename
 
 
+def shorten(text: str, room: int) -> str:
+    """`text` in at most `room` bytes, never cut through a path (a word holding "/"): a
+    long value (a word over 40 characters) loses its middle first, then whole words go
+    from just before the last word backwards ("..." stands where they were), so the head
+    (what failed, the errno word) and the last word stay.  Only when the paths and the
+    ends alone do not fit is the end cut."""
+    if len(text.encode()) <= room:
+        return text
+    words = text.split(" ")
+    for i in sorted(range(len(words)), key=lambda i: -len(words[i])):
+        w, over = words[i], len(" ".join(words).encode()) - room
+        if over <= 0 or len(w) <= 40 or "/" in w:
+            break
+        keep = max(len(w) - over - 3, 24)          # characters of it left, around "..."
+        words[i] = w[:keep * 2 // 3] + "..." + w[len(w) - (keep - keep * 2 // 3):]
+    text = " ".join(words)
+    if len(text.encode()) <= room:
+        return text
+    gone: set[int] = set()
+    for i in range(len(words) - 2, 0, -1):
+        if "/" in words[i]:
+            continue
+        gone.add(i)
+        out = _joined(words, gone)
+        if len(out.encode()) <= room:
+            return out
+    return text.encode()[: max(room - 3, 0)].decode("utf-8", "ignore") + "..."
+
+
+def _joined(words: list[str], gone: set[int]) -> str:
+    out: list[str] = []
+    for i, w in enumerate(words):
+        if i not in gone:
+            out.append(w)
+        elif not out or out[-1] != "...":
+            out.append("...")
+    return " ".join(out)
+
+
 def _printable(s: str) -> str:
-    """NUL cannot be sent at all (a 9P string holds none): control characters written out."""
+    """NUL cannot be sent at all (a 9P string holds none): control characters written out
+    (defuse's JOINER aside: it is toolsrv's own, and words() takes it out again)."""
     if s.isprintable():
         return s
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in s)
+    return "".join(c if c.isprintable() or c == JOINER else f"\\x{ord(c):02x}" for c in s)
 
 
 # -- the declared strings (lib9p's where they map well, reworded where not) --
@@ -97,19 +137,30 @@ _BEFORE_EIO = sorted({t for t, _ in _ERRTAB[:[t for t, _ in _ERRTAB].index("inpu
 _BEFORE_EIO_RE = re.compile("|".join(re.escape(t) for t in _BEFORE_EIO), re.IGNORECASE)
 _SYLLABLE = {"permitted": 3, "permission": 3, "access": 2, "exists": 2, "exist": 2}
 
+# U+2060 WORD JOINER: invisible, and no word at all, so "per\u2060mission" is read as
+# "permission" by a person or an agent while 9pfuse's substring match no longer finds it.
+JOINER = "\u2060"
+
 
 def defuse(text: str) -> str:
-    """`text` (words toolsrv passes on: a tool's stderr) with each of 9pfuse's words that
-    would outrank "input/output" hyphenated, so that the errno stays toolsrv's: "no such"
-    -> "no-such", "not found" -> "not-found", "Permission" -> "Per-mission", "exists" ->
-    "ex-ists", "access" -> "ac-cess".  The log keeps the words as they were."""
-    def hyphen(m: re.Match[str]) -> str:
+    """`text` (words toolsrv passes on to 9pfuse: a tool's stderr) with a JOINER inside
+    each of 9pfuse's words that would outrank "input/output", so that the errno stays
+    toolsrv's: "no such" -> "no \u2060such", "Permission" -> "Per\u2060mission".  Only the
+    9P error string carries it: `words()` takes it out, and the CLI, the MCP face, `log` and `err`
+    show the tool's words exactly as it wrote them (a JOINER of the tool's own is dropped
+    here, so that words() gives back the text exactly)."""
+    def cut(m: re.Match[str]) -> str:
         w = m.group(0)
         if " " in w:
-            return w.replace(" ", "-", 1)
-        cut = _SYLLABLE.get(w.lower(), len(w) // 2)
-        return f"{w[:cut]}-{w[cut:]}"
-    return _BEFORE_EIO_RE.sub(hyphen, text)
+            return w.replace(" ", " " + JOINER, 1)
+        at = _SYLLABLE.get(w.lower(), len(w) // 2)
+        return f"{w[:at]}{JOINER}{w[at:]}"
+    return _BEFORE_EIO_RE.sub(cut, text.replace(JOINER, ""))
+
+
+def words(ename: str) -> str:
+    """An error string as a person reads it: defuse() undone (the tool's own words)."""
+    return ename.replace(JOINER, "")
 
 
 def errno_for(ename: str) -> int:

@@ -130,7 +130,8 @@ def test_verbs(served):
     assert r.returncode == 1 and r.stderr.strip() == "toolsrv: nope: file not found"
     assert run(env, "rm", "session/v").returncode == 0
     r = run(env, "read", "-a", "unix!/tmp/definitely-not-a-toolsrv", "revision")
-    assert r.returncode == 1 and "cannot connect to unix!/tmp/definitely-not-a-toolsrv" in r.stderr
+    assert r.returncode == 1 and "no toolsrv answers at unix!/tmp/definitely-not-a-toolsrv" in r.stderr \
+        and "toolsrv serve" in r.stderr
 
 
 def test_mount_without_9pfuse_says_how_to_get_it(tmp_path):

@@ -17,7 +17,7 @@ from py9p import ORDWR, OWRITE, RemoteError
 
 from apphelpers import AppThread, add_tool, tools_dir
 from py9phelpers import _fids, agent, connect, read, rdwr
-from toolsrv.errors import errno_for
+from toolsrv.errors import defuse, errno_for
 
 COMPLAIN = """\
 #!/usr/bin/env python3
@@ -78,7 +78,8 @@ def test_a_failing_tools_words_do_not_choose_the_errno(srv):
             assert read(c, a + "/tools/complain/err").decode().endswith(say + "\n")
             assert last_log_line(c, a).endswith(f"exit 1 (input/output error): {say}")
         with pytest.raises(RemoteError, match=r"^exit 1 \(input/output error\): file_read: "
-                                              r"no-such file: nope.txt$"):
+                                              + re.escape(defuse("no such file: nope.txt"))
+                                              + "$"):
             rdwr(c, a + "/tools/complain/call", json.dumps({"say": SAYINGS[0]}).encode())
 
 
@@ -91,15 +92,16 @@ def test_the_log_holds_the_whole_reason_the_rerror_cuts(srv):
             rdwr(c, a + "/tools/complain/call", json.dumps({"say": say}).encode())
         assert last_log_line(c, a).endswith(f": {say}")
         msg = str(e.value)
-        assert len(msg.encode()) < 128 and msg.endswith("..."), msg
+        assert len(msg.encode()) < 128 and " ... " in msg, msg      # its middle taken out
+        assert msg.endswith(" scope") and "session/x/sandbox" in msg
         long = "y" * 300
-        with pytest.raises(RemoteError, match=r"^invalid args: path: 'yyy.*\.\.\. "
-                                              r"\(invalid argument\)$"):
+        with pytest.raises(RemoteError, match=r"^invalid args: path: 'yyy.*\.\.\.yyy.*' is too "
+                                              r"long \(invalid argument\)$"):
             rdwr(c, a + "/tools/short/call", json.dumps({"path": long}).encode())
         assert f"-> invalid args: path: '{long}' is too long (invalid argument)" in \
             last_log_line(c, a)
         name = "x" * 120                              # a legal name, too long for ERRMAX
-        with pytest.raises(RemoteError, match=r"^tool_load: no such tool: xxx.*\.\.\.$"):
+        with pytest.raises(RemoteError, match=r"^tool_load: no such tool: xxx+\.\.\.x+$"):
             rdwr(c, a + "/ctl", f"tool_load {name}".encode())
         assert last_log_line(c, a).endswith(f"-> error: tool_load: no such tool: {name}")
 

@@ -47,9 +47,9 @@ def test_file_tools(agent):
     assert "TWO" in call("file_read", {"path": "notes.txt"})
     assert call("file_glob", {"pattern": "*.txt"}).split() == ["notes.txt"]
     assert "notes.txt:3:three" in call("file_grep", {"pattern": "^th"})
-    with pytest.raises(ClientError, match=r"^exit \d+ \(input/output error\): .*not-found"):
+    with pytest.raises(ClientError, match=r"^exit \d+ \(input/output error\): .*not found"):
         call("file_edit", {"path": "notes.txt", "old_string": "absent", "new_string": "x"})
-    with pytest.raises(ClientError, match=r"^exit 1 \(input/output error\): file_read: no-such file: "
+    with pytest.raises(ClientError, match=r"^exit 1 \(input/output error\): file_read: no such file: "
                                           r"gone.txt"):
         call("file_read", {"path": "gone.txt"})
     with pytest.raises(ClientError, match=r"^invalid args: 'pattern' is a required property"):
@@ -118,7 +118,7 @@ def test_client_9p_loads_a_tool_through_its_own_server(agent):
     assert "json_value" not in out.split() and "file_read" in out.split()
     assert b"json_value" not in c.read("session/b/agent/a/ctl")
     with pytest.raises(ClientError, match=r"^exit 1 \(input/output error\): client_9p: rdwr "
-                                          r"session/b/agent/a/ctl: tool_load: no-such tool: nope"):
+                                          r"session/b/agent/a/ctl: tool_load: no such tool: nope"):
         call("client_9p", {"op": "rdwr", "path": "session/b/agent/a/ctl",
                            "data": "tool_load nope"})
     with pytest.raises(ClientError, match="invalid args"):

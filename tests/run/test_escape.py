@@ -26,7 +26,6 @@ import uuid
 import pytest
 
 from toolsrv.cli.client import Client, ClientError
-from toolsrv.errors import defuse
 from toolsrv.run.sandbox import landlock_status
 
 from apphelpers import AppThread, add_tool, tools_dir
@@ -189,7 +188,7 @@ def attempt(c, tool: str, why: str, **args) -> str:
         pytest.fail(f"{tool} escaped: {out!r}")
     msg = str(e.value)
     assert msg.startswith(f"exit 1 (input/output error): {tool}: "), msg
-    assert defuse(why) in msg, msg
+    assert why in msg, msg     # as the tool wrote it: the Rerror's defuse undone
     assert c.read(f"{c.base}/tools/{tool}/status").startswith(b"exit 1 ")
     assert why.encode() in c.read(f"{c.base}/tools/{tool}/err")
     return msg
@@ -365,7 +364,7 @@ def test_client_9p_cannot_widen_its_own_sandbox(world):
             for op, path, data in [("write", "session/s/cwd", world["dir"]),
                                    ("write", "session/s/sandbox", "client9p"),
                                    ("ls", "session/other", ""), ("rm", "session/other", "")]:
-                with pytest.raises(ClientError, match=defuse("permission denied")):
+                with pytest.raises(ClientError, match="permission denied"):
                     model(op, path, data)
             # listings through the scoped connection show its own session and agent only
             assert model("ls", "session") == b"s/\n"

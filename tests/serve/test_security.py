@@ -155,8 +155,11 @@ sys.exit("refused: " + data[9:].decode())
         c.rdwr("session/s/agent/a/ctl", b"tool_load dialback")
         with pytest.raises(ClientError) as e:
             c.rdwr("session/s/agent/a/tools/dialback/call", b"{}")
-    # the tool's words, defused in the Rerror so that the errno stays EIO (errors.defuse)
+    # the tool's words, defused in the Rerror so that the errno stays EIO (errors.defuse),
+    # and given back as the tool wrote them by the client (errors.words)
     assert defuse("refused: permission denied: a tool may not connect back to its server") \
+        in e.value.ename
+    assert "refused: permission denied: a tool may not connect back to its server" \
         in str(e.value)
 
 

@@ -8,6 +8,10 @@ from typing import Any
 
 from ..serve import dial
 
+# The examples' session: not `demo`, which the README's tour makes with a cwd of its own
+# (a `call` into it would not find README.md); `call` makes this one where it is typed.
+TRY = "try"
+
 
 def _prog() -> str:
     """How to type the command here: `toolsrv`, or its path when it is not on $PATH
@@ -58,12 +62,12 @@ def banner(app: Any) -> str:
                  "the directory you call from; --cwd DIR to choose):")
     lines.append("  " + cmd("read", "tools/index"))
     if "file_glob" in reg.tools and "file_read" in reg.tools:
-        lines += ["  " + cmd("call", "demo me file_glob '{\"pattern\": \"*\"}'"),
-                  "  " + cmd("call", "demo me file_read '{\"path\": \"README.md\", "
+        lines += ["  " + cmd("call", f"{TRY} me file_glob '{{\"pattern\": \"*\"}}'"),
+                  "  " + cmd("call", f"{TRY} me file_read '{{\"path\": \"README.md\", "
                              "\"limit\": 5}'")]
     elif reg.tools:
         t = sorted(reg.tools)[0]
         lines += ["  " + cmd("read", f"tools/{t}/prompt"),
-                  "  " + cmd("call", f"demo me {t} '{{...args...}}'")]
-    lines.append("  " + cmd("read", "session/demo/agent/me/log"))
+                  "  " + cmd("call", f"{TRY} me {t} '{{...args...}}'")]
+    lines.append("  " + cmd("read", f"session/{TRY}/agent/me/log"))
     return "\n".join(lines)

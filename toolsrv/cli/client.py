@@ -21,11 +21,17 @@ from toolsrv.proto import (
     Twrite, Twstat, decode_dirs, encode, replace,
 )
 
+from ..errors import words
 from ..serve import dial
 
 
 class ClientError(Exception):
-    """The server answered Rerror; str(e) is its error string."""
+    """The server answered Rerror; str(e) is its error string as a person reads it (a
+    tool's words as the tool wrote them: errors.words), `ename` the string as sent."""
+
+    def __init__(self, ename: str) -> None:
+        super().__init__(words(ename))
+        self.ename = ename
 
 
 class Client:
@@ -240,14 +246,15 @@ class Client:
     def walk(self, path: str) -> int:
         names = [p for p in path.split("/") if p not in ("", ".")]
         fid = self.newfid()
-        first = True
+        first, done = True, 0
         try:
             while first or names:
                 chunk, names = names[:16], names[16:]
                 r = self.rpc(Twalk(0, self.root if first else fid, fid, tuple(chunk)))
                 first = False
                 if len(r.wqid) != len(chunk):
-                    raise ClientError(f"{path}: file not found")
+                    raise self._short_walk(path, done + len(r.wqid))
+                done += len(chunk)
         except BaseException:
             if not first:
                 try:
@@ -327,7 +334,7 @@ class Client:
                 self._free_fids.append(fid)    # the server made no fid
             if isinstance(walk, Exception):
                 raise walk
-            raise ClientError(f"{path}: file not found")
+            raise self._short_walk(path, len(walk.wqid))
         try:
             for r in (opened, wrote, read):
                 if isinstance(r, Exception):
@@ -340,6 +347,33 @@ class Client:
             return read.data + self.read_fid(fid, len(read.data))
         finally:
             self.clunk_nowait(fid)
+
+    def _short_walk(self, path: str, k: int) -> ClientError:
+        """The error of a walk that stopped after k names: the server's own words for the
+        name it could not walk to (a walk of one name that fails is an Rerror: "file_read
+        is not loaded for this agent: ..."), asked on this error path alone."""
+        names = [p for p in path.split("/") if p not in ("", ".")]
+        name = names[k] if k < len(names) else path
+        why = "file not found"
+        try:
+            fid = self.walk("/".join(names[:k])) if k else None
+        except (ClientError, ConnectionError):
+            fid = None
+        if fid is not None or not k:
+            one = self.newfid()
+            try:
+                self.rpc(Twalk(0, self.root if fid is None else fid, one, (name,)))
+                self.clunk(one)          # walked after all: it appeared meanwhile
+            except ClientError as e:
+                why = e.ename
+                with self._lock:
+                    self._free_fids.append(one)
+            except ConnectionError:
+                pass
+            finally:
+                if fid is not None:
+                    self.clunk(fid)
+        return ClientError(why if name in words(why) else f"{name}: {why}")
 
     def _rdwr_stepwise(self, path: str, data: bytes) -> bytes:
         fid = self.open(path, ORDWR)

@@ -11,8 +11,10 @@
     toolsrv mcp [-a ADDR] [--session ID] [--agent NAME] [--tools a,b] [--search]
                 [--http HOST:PORT [--listen-any] [--token-file FILE | --no-token]
                  [--idle-timeout S] [--max-sessions N]]   (doc/mcp.md)
+    toolsrv mcp --config [claude|cursor|vscode]   (a client's configuration JSON)
 
-Client verbs exit 1 with the server's error on stderr.
+Client verbs exit 1 with the server's error on stderr; `call`, and `rdwr` of a call
+file, exit 2 before connecting when the args are not one complete JSON object.
 """
 from __future__ import annotations
 
@@ -111,6 +113,10 @@ def build_parser(only: str | None = None,
     if only in (None, "umount"):
         u = sub.add_parser("umount", help="unmount a 9pfuse mount")
         u.add_argument("mountpoint", nargs="?")
+    if only is None:       # main() hands import-mcp its own parser (importmcp.parse)
+        sub.add_parser("import-mcp", help="write one resident .meta per tool of an MCP "
+                       "server, and the sandbox profile it needs (toolsrv import-mcp -h)",
+                       add_help=False).add_argument("rest", nargs="...")
     if only in (None, "mcp"):
         _mcp_parser(sub.add_parser("mcp", help="serve the tools to MCP clients (stdio, or "
                                    "streamable HTTP); needs pip install 'toolsrv[mcp]'"))
@@ -149,6 +155,11 @@ def _mcp_parser(m: argparse.ArgumentParser) -> None:
                    "at ADDR instead of serving in process")
     m.add_argument("--uvloop", action="store_true", help="run on uvloop (pip install "
                    "'toolsrv[fast]'; also TOOLSRV_UVLOOP=1)")
+    m.add_argument("--config", nargs="?", const="claude", choices=("claude", "cursor",
+                   "vscode"), help="print the JSON for an MCP client's configuration that "
+                   "starts this toolsrv mcp (absolute path, -a ADDR, the options given): "
+                   "mcpServers for Claude Desktop and Cursor (the default), servers for "
+                   "vscode; serves nothing")
     m.add_argument("-v", dest="verbose", action="store_true", help="log more")
 
 
@@ -381,6 +392,9 @@ MCP_MISSING = ("toolsrv mcp: the MCP SDK is not installed (it is needed by this 
 
 def mcp_verb(args: Any) -> int:
     """`toolsrv mcp`: the MCP face (toolsrv/mcp/); the SDK is imported there alone."""
+    if getattr(args, "config", None):     # a client's configuration: needs no SDK
+        from .mcpconfig import print_config
+        return print_config(args)
     try:
         from ..mcp import server  # noqa: F401  (the SDK: missing, or a 1.x without mcp_types)
         from ..mcp.run import mcp_main
@@ -507,10 +521,36 @@ def _fmt_mode(mode: int) -> str:
     return kind + statmod.filemode(mode & 0o777)[1:]
 
 
+def _check_args(args: Any) -> int | None:
+    """Args that are not one JSON object stop here, before connecting: exit 2 (usage)."""
+    from .shortcut import args_problem, is_call_path
+    if args.verb == "call":
+        text, what = args.json, args.tool
+    elif args.verb == "rdwr" and is_call_path(args.path):
+        if args.data is None:
+            args.data = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+        text, what = args.data, args.path
+    else:
+        return None
+    why = args_problem(text)
+    if why is None:
+        return None
+    print(f"toolsrv: {what}: {why}; nothing was called", file=sys.stderr)
+    return 2
+
+
 def client_verb(args: Any) -> int:
     from .client import Client, ClientError
+    bad = _check_args(args)
+    if bad is not None:
+        return bad
     try:
         c = Client.connect(args.addr, tls=client_tls(args))
+    except (FileNotFoundError, ConnectionRefusedError) as e:    # nothing listens there
+        where = args.addr or str(dial.default_addr())
+        print(f"toolsrv: no toolsrv answers at {where} ({e.strerror or e}): start one with "
+              f'"toolsrv serve" (or "make run" in the checkout)', file=sys.stderr)
+        return 1
     except (OSError, ValueError, ClientError) as e:   # refused: uid, limit, secret
         where = args.addr or str(dial.default_addr())
         print(f"toolsrv: cannot connect to {where}: {e}", file=sys.stderr)
@@ -542,8 +582,11 @@ def _run_verb(c: Any, args: Any) -> int:
     elif v == "write":
         c.write(args.path, sys.stdin.buffer.read())
     elif v == "rdwr":
-        data = args.data.encode() if args.data is not None else sys.stdin.buffer.read()
-        out.write(c.rdwr(args.path, data))
+        data = args.data.encode("utf-8", "surrogateescape") if args.data is not None \
+            else sys.stdin.buffer.read()
+        from .shortcut import call_file, is_call_path
+        out.write(call_file(c, args.path, data) if is_call_path(args.path) else
+                  c.rdwr(args.path, data))
     elif v == "ls":
         for d in sorted(c.ls(args.path), key=lambda d: d.name):
             if args.long:

@@ -8,18 +8,21 @@ and stopped.  Each tool becomes a .meta with its description, a prompt made from
 description and the schema, `args` = its inputSchema, `readOnly` = its readOnlyHint,
 `title`, `destructive`, `idempotent` and `outputSchema` = its own (doc/tools.md),
 `cmd` = the command (the program resolved to an absolute path, `exec`'d through the
-shell when it has arguments) and `resident: {"protocol": "mcp", "tool": NAME}`, so the
-.meta stays the one source of discovery and schema.  A name toolsrv cannot serve is mapped
+shell when it has arguments), `resident: {"protocol": "mcp", "tool": NAME}` and `sandbox`
+= the profile written for it, so the .meta stays the one source of discovery and schema.
+The profile (~/.config/ollie/sandbox/mcp.<server>.yaml, or --profile NAME) is the default
+profile with the server's own installation added as rox: its program's directory, its
+interpreter's installation and virtualenv (`grants`); --no-profile writes none and prints
+those paths instead.  A name toolsrv cannot serve is mapped
 (characters outside the name rule become `_`) and the mapping is printed.
 
 Nothing is half-written: every check (an MCP server that answers, valid names and schemas,
 no .meta already there unless --force) passes before the first file is written, and each
-file is written whole (a temporary file, then a rename).  It prints what it wrote and the
-paths a sandbox profile must grant for the server to run: its program, its interpreter
-(a `#!` line) and the virtualenv that interpreter belongs to.  Every name and string the
-MCP server chose is printed with repr's escapes (no control character reaches the
-terminal).  A schema with a `$ref` outside itself is written, with a note: toolsrv never
-fetches such a ref and lists the tool in tools/errors (registry/schemaref.py).
+file is written whole (a temporary file, then a rename), the profile first.  It prints
+what it wrote.  Every name and string the MCP server chose is printed with repr's escapes
+(no control character reaches the terminal).  A schema with a `$ref` outside itself is
+written, with a note: toolsrv never fetches such a ref and lists the tool in tools/errors
+(registry/schemaref.py).
 """
 from __future__ import annotations
 
@@ -73,6 +76,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--dir", help="where the .meta files go (default: the first directory "
                     "of $OLLIE_TOOLS_PATH, else ~/.config/ollie/tools)")
     ap.add_argument("--force", action="store_true", help="replace .meta files already there")
+    ap.add_argument("--profile", metavar="NAME", help="the sandbox profile to write and name "
+                    "in each .meta (default: mcp.<the server's name>)")
+    ap.add_argument("--no-profile", action="store_true", help="write no profile: print the "
+                    "paths one must grant instead, and name none in the .meta files")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                     help="seconds to wait for the server's answers")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
@@ -274,26 +281,93 @@ def _one_line(s: str) -> str:
     return " ".join(str(s).split())
 
 
-def write(files: list[tuple[str, dict]]) -> None:
-    """Each file whole: a temporary file beside it, then a rename."""
-    for path, meta in files:
+def profile_name(args: argparse.Namespace, info: Any) -> str:
+    """The profile's name: --profile, else mcp.<serverInfo.name> made a valid name."""
+    from ..run.sandbox import ProfileError, validate_profile_name
+    server = info.get("serverInfo", {}) if isinstance(info, dict) else {}
+    own = re.sub(r"^mcp[-_.]", "", str(server.get("name") or "server"))   # mcp-time: time
+    name = args.profile or "mcp." + re.sub(r"[^A-Za-z0-9_.-]", "_", own)[:60]
+    try:
+        validate_profile_name(name)
+    except (ProfileError, ValueError) as e:
+        raise ImportError_(f"--profile {name}: {e}") from None
+    return name
+
+
+def profile_for(need: list[str]) -> dict[str, Any]:
+    """The default profile (the user's, else the shipped one) with the server's own paths
+    added to its rox: what the imported tools need, and nothing more."""
+    import yaml
+    from ..run.sandbox import ProfileError, _candidates, default_user_dir, parse_profile
+    from ..run.sandbox import _SHIPPED
+    for path in _candidates("default", default_user_dir(), _SHIPPED):
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = yaml.safe_load(f)
+        except FileNotFoundError:
+            continue
+        except (OSError, yaml.YAMLError) as e:
+            raise ImportError_(f"the default profile {path}: {e}") from None
+        break
+    else:
+        raise ImportError_("no default sandbox profile to start from")
+    fs = data.setdefault("filesystem", {})
+    rox = fs.setdefault("rox", [])
+    rox += [p for p in need if p not in rox]
+    try:
+        parse_profile(data, "import", "import-mcp")
+    except ProfileError as e:
+        raise ImportError_(f"the profile made from default: {e}") from None
+    return data
+
+
+def profile_path(name: str) -> str:
+    from ..run.sandbox import default_user_dir
+    return os.path.join(default_user_dir(), f"{name}.yaml")
+
+
+def profile_text(name: str, command: list[str], data: dict[str, Any]) -> str:
+    import yaml
+    head = (f"# {name} — written by toolsrv import-mcp for {shlex.join(command)}:\n"
+            "# the default profile's grants plus the server's own installation (rox).\n"
+            "# Its tools name it in their .meta (\"sandbox\"); edit it, or import again.\n")
+    return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def write(files: list[tuple[str, dict]], profile: tuple[str, str] | None = None) -> None:
+    """Each file whole: a temporary file beside it, then a rename; the profile first, so a
+    .meta never names a profile that is not there."""
+    items: list[tuple[str, str]] = [profile] if profile else []
+    items += [(p, json.dumps(m, indent=2, ensure_ascii=False) + "\n") for p, m in files]
+    for path, text in items:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         tmp = f"{path}.tmp{os.getpid()}"
         with open(tmp, "w") as f:
-            json.dump(meta, f, indent=2, ensure_ascii=False)
-            f.write("\n")
+            f.write(text)
         os.replace(tmp, path)
 
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
+    profile = None
     try:
         info, tools = asyncio.run(list_tools(args.command, args.timeout))
         files, notes, need = plan(args, tools)
+        if not args.no_profile:
+            name = profile_name(args, info)
+            path = profile_path(name)
+            text = profile_text(name, args.command, profile_for(need))
+            old = _read(path) if os.path.lexists(path) else None
+            if old is not None and not args.force and not old.startswith(text.split("\n")[0]):
+                raise ImportError_(f"{path}: file already exists, not written by import-mcp "
+                                   "(use --force to replace it, --profile NAME for another)")
+            profile = (path, text)
+            for _, meta in files:
+                meta["sandbox"] = name
     except ImportError_ as e:
         print(f"toolsrv import-mcp: {e}; nothing written", file=sys.stderr)
         return 1
-    write(files)
+    write(files, profile)
     server = info.get("serverInfo", {}) if isinstance(info, dict) else {}
     print(f"MCP server {shown(server.get('name', '?'))} {shown(server.get('version', ''))}"
           .rstrip() + f": {len(files)} tool{'s' if len(files) != 1 else ''}")
@@ -301,8 +375,19 @@ def main(argv: list[str]) -> int:
         print(f"wrote {path} ({meta['resident']['tool']!r})")
     for n in notes:
         print(f"note: {n}")
-    if need:
+    if profile is not None:
+        print(f"wrote {profile[0]} (sandbox profile {files[0][1]['sandbox']}: default's "
+              "grants" + (", plus rox: " + ", ".join(need) if need else "") + ")")
+    elif need:
         print("the sandbox profile must grant (rox) for this server to run:")
         for p in need:
             print(f"  - {p}")
     return 0
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return None

@@ -316,7 +316,8 @@ class Import:
         try:
             out, reason = forward.result(), None
         except NinePError as e:
-            out, reason = None, " ".join(str(e).split())[:240]
+            # the remote's string as sent (its errno words already defused: errors.defuse)
+            out, reason = None, " ".join(getattr(e, "ename", str(e)).split())[:240]
         except (OSError, EOFError) as e:
             call.result = RemoteResult()
             call.state = "failed"

@@ -29,13 +29,19 @@ from toolsrv.proto import (
     Tversion, Twalk, Twrite, encode, replace,
 )
 
+from ..errors import words
 from ..serve import dial
 
 MSIZE = 65536 + IOHDRSZ
 
 
 class NinePError(Exception):
-    """The server answered Rerror; str(e) is its error string."""
+    """The server answered Rerror; str(e) is its error string as a person reads it (a
+    tool's words as the tool wrote them: errors.words), `ename` the string as sent."""
+
+    def __init__(self, ename: str) -> None:
+        super().__init__(words(ename))
+        self.ename = ename
 
 
 class NineP(asyncio.Protocol):

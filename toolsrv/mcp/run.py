@@ -131,8 +131,9 @@ async def _connect(args: Any) -> tuple[NineP, str, Local | None]:
             raise
         why = e
     local = await Local().start()
-    print(f"toolsrv mcp: nothing answers at {addr} ({why.strerror or why}): serving the "
-          "default registry in this process, keeping no state", file=sys.stderr, flush=True)
+    print(f"toolsrv mcp: standalone: nothing answers at {addr} ({why.strerror or why}): "
+          "serving the default registry in this process, keeping no state (start "
+          "\"toolsrv serve\", or give its address with -a)", file=sys.stderr, flush=True)
     try:
         return await NineP.connect(local.addr), local.addr, local
     except BaseException:
@@ -151,6 +152,8 @@ async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
                 agent=args.agent, cwd=os.path.abspath(args.cwd) if args.cwd else None,
                 where=addr)
     face.nine = nine
+    if local is not None:               # said in initialize's instructions too (server.py)
+        face.standalone = args.addr or str(dial.default_addr())
     wiring = Wiring(face, pid=str(os.getppid()) if http is None else None)
     try:
         async with anyio.create_task_group() as tg:

@@ -59,6 +59,19 @@ search_tools finds the tools for a need described in words, and call_tool calls 
 name with its arguments."""
 
 
+def standalone_instructions(tried: str | None) -> str:
+    """What the instructions add when the face serves its own registry (run.py): nothing
+    answered at `tried`, so this is not the user's server, its sessions or its state."""
+    if not tried:
+        return ""
+    return (f" Standalone mode: no toolsrv answered at {tried}, so this process serves "
+            "the default registry itself and keeps no state; it does not share sessions, "
+            "files or logs with the user's server. Start one (`toolsrv serve`, or `make "
+            "run` in the checkout) and restart this MCP server to use it, or give its "
+            "address with `toolsrv mcp -a ADDR` (`toolsrv mcp --config` prints a client "
+            "configuration that names it).")
+
+
 def _connection(ctx: Any) -> Any:
     """The SDK's per-connection object of a request (Connection: state, exit_stack,
     outbound).  The low-level context does not name it; its session proxy holds it."""
@@ -85,7 +98,8 @@ class Wiring:
         self.subscribed: set[int] = set()   # connections subscribed to the log
         self.server: Server[Any] = Server(
             "toolsrv", version=_version(),
-            instructions=INSTRUCTIONS + (SEARCH_INSTRUCTIONS if face.search else ""),
+            instructions=INSTRUCTIONS + (SEARCH_INSTRUCTIONS if face.search else "")
+            + standalone_instructions(getattr(face, "standalone", None)),
             on_list_tools=self.list_tools, on_call_tool=self.call_tool,
             on_list_prompts=self.list_prompts, on_get_prompt=self.get_prompt,
             on_list_resources=self.list_resources, on_read_resource=self.read_resource,

@@ -124,6 +124,27 @@ class Registry:
             return self._held.get(name)
         return t
 
+    def why_missing(self, name: str) -> str:
+        """Why `name` is not a visible tool, and what to do, in one line: its .meta's error,
+        the variants that hide it, its missing command, or the closest names ("" when
+        there is nothing more to say than that it is unknown)."""
+        e = self._entries.get(name)
+        if e is not None and e.tool is None and e.errors:
+            why = e.errors[-1][1]
+            if e.meta is None:
+                return f"its .meta has an error (see tools/errors): {why}"
+            if why.startswith("hidden: "):
+                return f"hidden on this host (see tools/errors): {why[len('hidden: '):]}"
+            return f"not usable (see tools/errors): {why}"
+        import difflib
+        close = difflib.get_close_matches(name, self._sorted_names(), n=3, cutoff=0.6)
+        if close:                             # the nearest, and any as near as they
+            best = difflib.SequenceMatcher(None, name, close[0]).ratio()
+            close = [c for c in close
+                     if difflib.SequenceMatcher(None, name, c).ratio() >= best - 0.1]
+            return "did you mean " + " or ".join(close) + "?"
+        return ""
+
     def names(self) -> list[str]:
         """The visible tools' names, sorted (a copy)."""
         return list(self._sorted_names())

@@ -373,6 +373,9 @@ class Conn:
             nxt = node.parent if name == ".." else (
                 node.lookup(name) if _valid_name(name) else None)
             if nxt is None:
+                missing = getattr(node, "missing", None)   # a directory's own words for it
+                if missing is not None and not qids and name != "..":
+                    err = missing(name)
                 break
             if self.config.guard is not None:
                 self.config.guard(nxt, "walk")     # a scoped connection: an error, not partial

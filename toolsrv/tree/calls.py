@@ -107,8 +107,17 @@ def last_line(data: bytes) -> str:
     return ""
 
 
-def outcome(call: Call) -> None:
-    """Set state and reason from the runner's result."""
+def limit_source(profile: Any) -> str:
+    """Where a run's time limit comes from, told so the timeout names what to change."""
+    if getattr(profile, "timeout", None):
+        return f"general.timeout in sandbox profile {profile.name}"
+    name = getattr(profile, "name", None) or "default"
+    return f"toolsrv serve --timeout, or general.timeout in sandbox profile {name}"
+
+
+def outcome(call: Call, limit: str = "") -> None:
+    """Set state and reason from the runner's result (`limit`: where the time limit comes
+    from, for a timeout's reason)."""
     r = call.result
     if call.kill.is_set() and (r.error or r.cancelled or r.exit_code != 0):
         call.state, call.reason = "killed", E.ECANCELLED   # we stopped it
@@ -118,7 +127,11 @@ def outcome(call: Call) -> None:
         call.state = "killed"
         call.reason = f"output too long: {r.truncated} cut at {_size(r)}"
     elif r.timed_out:
-        call.state, call.reason = "timeout", f"timeout after {r.timeout_used:g}s"
+        call.state = "timeout"
+        call.reason = fit(f"timeout after {r.timeout_used:g}s ",
+                          f"(limit: {limit or limit_source(None)}); out and err keep its output",
+                          "")
+        call.detail = call.reason.full
     elif r.cancelled:
         call.state, call.reason = "killed", E.ECANCELLED
     elif r.exit_code == 0:
@@ -249,7 +262,7 @@ class Scheduler:
             finally:
                 if conn is not None:
                     conn.close()
-            outcome(call)
+            outcome(call, limit_source(profile))
 
     def stop(self, call: Call) -> None:
         """End one call: a running one is killed and keeps what it printed; a queued

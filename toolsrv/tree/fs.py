@@ -25,7 +25,8 @@ from toolsrv.proto import DMDIR, DMTMP
 from .. import errors as E
 from ..errors import P9Error
 from .sessions import Agent, Session, SessionStore
-from .node import Committed, Dir_, FixedDir, Node, Qids, TextFile, snapshot_read
+from .node import (Committed, Dir_, FixedDir, Node, Qids, TextFile, answer_read, answered,
+                   changes, snapshot_read)
 
 log = logging.getLogger("toolsrv.fs")
 VALUE_MAX = 4096   # bytes of a cwd or sandbox value (PATH_MAX)
@@ -121,10 +122,10 @@ class RevwaitFile(Node):
     it (at once if it already does) or --revwait-timeout passes, and returns the revision
     then.  One round trip for an agent (`rdwr revwait N`, pipelined by toolsrv.cli.client),
     race-free (the number is the client's, not the server's guess at what it saw), and
-    repeatable on one fid: write again, read again.  Reads after a write continue from
-    where the fid's last read ended whatever the offset (_stream_read), so a 9pfuse
-    descriptor opened read-write (`exec 3<>revwait`), whose offset grows with every
-    write and read, works as `9p rdwr` does."""
+    repeatable on one fid: write again, read again.  Reads slice a per-fid snapshot of
+    the answer by offset, as ctl's and call's do (node.answer_read): it starts at 0, or
+    where the fid's writes ended, so a 9pfuse descriptor opened read-write (`exec
+    3<>revwait`), whose offset grows with every write and read, works as `9p rdwr` does."""
 
     perm = 0o666
 
@@ -141,42 +142,27 @@ class RevwaitFile(Node):
     def write(self, fid: Any, offset: int, data: bytes) -> int:
         text = data.decode("utf-8", "replace").strip()
         if not text:
+            answered(fid, offset + len(data))
             return len(data)              # a truncate or a bare newline: nothing to wait for
         if not text.isascii() or not text.isdigit() or len(text) > 20:
             raise P9Error(E.EREVWAIT)
         fid.aux["wait"] = int(text)
+        answered(fid, offset + len(data))  # the next read answers afresh, as ctl's does
         return len(data)
 
-    async def _wait(self, fid: Any, seen: int, count: int) -> bytes:
+    async def _wait(self, fid: Any, seen: int, offset: int, count: int) -> bytes:
         rev = await self.fs.registry.wait_change(seen, self.fs.revwait_timeout)
-        fid.aux["snapshot"] = data = f"{rev}\n".encode()
-        fid.aux["cursor"] = len(data[:count])
-        return data[:count]
+        data = f"{rev}\n".encode()
+        return answer_read(fid, lambda: data, offset, count)
 
     def read(self, fid: Any, offset: int, count: int) -> Any:
         seen = fid.aux.pop("wait", None)
         if seen is not None:
-            return self._wait(fid, seen, count)
-        return _stream_read(fid, self._text, offset, count)
+            return self._wait(fid, seen, offset, count)
+        return answer_read(fid, self._text, offset, count)
 
     def truncate(self, fid: Any) -> None:
         return None
-
-
-def _stream_read(fid: Any, content: Callable[[], bytes], offset: int, count: int) -> bytes:
-    """revwait's reads: offset 0 starts at the beginning; any other offset continues where
-    the fid's last read ended (a read-write descriptor's offset has moved past its writes
-    and its earlier answers)."""
-    if offset == 0:
-        fid.aux["snapshot"] = content()
-        pos = 0
-    else:
-        if "snapshot" not in fid.aux:
-            fid.aux["snapshot"] = content()
-        pos = fid.aux.get("cursor", 0)
-    data = fid.aux["snapshot"][pos:pos + count]
-    fid.aux["cursor"] = pos + len(data)
-    return data
 
 
 class ToolsDir(Dir_):
@@ -214,7 +200,8 @@ class ToolDir(Dir_):
         q = self.fs.q
         return [
             TextFile("meta", q("tool", self.name, "meta"), self,
-                     lambda: _text(self._tool(), "meta_text", lambda t: json_text(t.meta_json()))),
+                     lambda: _text(self._tool(), "meta_text", lambda t: json_text(t.meta_json())),
+                     changes=lambda: self.fs.registry.get(self.name)),   # a new Tool: moved
             TextFile("schema", q("tool", self.name, "schema"), self,
                      lambda: _text(self._tool(), "schema_text", lambda t: json_text(t.schema))),
             TextFile("prompt", q("tool", self.name, "prompt"), self,
@@ -384,6 +371,12 @@ class ValueFile(Node):
 
     def length(self) -> int:
         return len(self._text())
+
+    def version(self) -> int:
+        return changes(self)(self.qpath, self.get())[0]
+
+    def mtime(self) -> int:
+        return changes(self)(self.qpath, self.get())[1]
 
     def read(self, fid: Any, offset: int, count: int) -> bytes:
         return snapshot_read(fid, self._text, offset, count)

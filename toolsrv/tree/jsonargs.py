@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 
-from ..errors import ERRMAX, P9Error
+from ..errors import ERRMAX, P9Error, shorten
 from ..registry.schemaref import unresolved, validator as schema_validator
 
 _LITERALS = ("true", "false", "null")
@@ -32,12 +32,12 @@ class Fitted(str):
 
 
 def fit(prefix: str, detail: str, suffix: str = SUFFIX) -> Fitted:
-    """prefix + detail + suffix, with detail cut so the whole fits in ERRMAX."""
+    """prefix + detail + suffix, with detail shortened in the middle (errors.shorten: a
+    path is never cut) so the whole fits in ERRMAX."""
     detail = " ".join(detail.split())
     whole = prefix + detail + suffix
     room = ERRMAX - 1 - len(prefix.encode()) - len(suffix.encode())
-    if len(detail.encode()) > room:
-        detail = detail.encode()[: max(room - 3, 0)].decode("utf-8", "ignore") + "..."
+    detail = shorten(detail, max(room, 0))    # the middle goes, a path stays whole
     out = Fitted(prefix + detail + suffix)
     out.full = whole
     return out

@@ -91,6 +91,46 @@ class Committed:
         return self.aw.__await__()
 
 
+class Changes:
+    """qid.vers and mtime of generated files whose content moves (ctl, cwd, log, out, err,
+    status, tools/<t>/meta), as lib9p's rwrite bumps them: each file gives a cheap key of
+    its content (the content itself when small); when the key differs from the one seen
+    last, the file's version takes the next number of one server-wide counter and its
+    mtime is now.  A file is first seen with version 0 and mtime the server's start.  One
+    per tree (`changes`), kept by its root.  The
+    table forgets everything past LIMIT files; a version is never reused after that, since
+    the counter only grows."""
+
+    LIMIT = 1 << 16
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[Any, int, int]] = {}
+        self._count = itertools.count(1)
+
+    def moved(self, qpath: int, key: Any) -> tuple[int, int]:
+        """(version, mtime) of the file with this qid path, whose content has `key`."""
+        hit = self._seen.get(qpath)
+        if hit is not None and hit[0] == key:
+            return hit[1], hit[2]
+        if len(self._seen) >= self.LIMIT:
+            self._seen.clear()
+        vers, mtime = (0, BOOT_TIME) if hit is None else (next(self._count), int(time.time()))
+        self._seen[qpath] = (key, vers, mtime)
+        return vers, mtime
+
+
+def changes(node: "Node") -> Any:
+    """The `moved` of the tree `node` is in (its root keeps one Changes: qid paths are a
+    tree's own, and two servers in one process have the same ones)."""
+    root = node
+    while root.parent is not root:
+        root = root.parent
+    ch = root.__dict__.get("changes_")
+    if ch is None:
+        ch = root.__dict__["changes_"] = Changes()
+    return ch.moved
+
+
 class Qids:
     """Stable qid paths derived from keys; paths start at 1 and never repeat."""
 
@@ -254,16 +294,24 @@ class TextFile(Node):
     def __init__(self, name: str, qpath: int, parent: Node | None,
                  content: Callable[[], bytes], perm: int = 0o444,
                  version: Callable[[], int] | None = None, append: bool = False,
-                 quiet_remove: bool = False) -> None:
+                 quiet_remove: bool = False, changes: Callable[[], Any] | None = None) -> None:
         super().__init__(name, qpath, parent)
         self.content = content
         self.perm = perm
         self._version = version
+        self._changes = changes       # a key of the content: its moves bump vers and mtime
         self.append = append          # grows at the end: a read past the snapshot refreshes it
         self.quiet_remove = quiet_remove
 
     def version(self) -> int:
+        if self._changes is not None:
+            return changes(self)(self.qpath, self._changes())[0]
         return self._version() if self._version else 0
+
+    def mtime(self) -> int:
+        if self._changes is not None:
+            return changes(self)(self.qpath, self._changes())[1]
+        return BOOT_TIME
 
     def length(self) -> int:
         return len(self.content())

@@ -10,7 +10,10 @@ incomplete without a newline is reported at close, in status and log.  Every
 error is in the agent's log whole (P9Error.full), the Rerror's cut aside.  A read of `call` on
 the fid that wrote waits for the end of that call (a Later the server can
 flush: flushing it kills the run); a fid that wrote nothing reads end of file
-at once, as plan9port's `9p rdwr` needs.  Reads of ctl and call slice a
+at once, as plan9port's `9p rdwr` needs, but a read on a fid whose writes hold
+JSON still incomplete (or nothing: an empty Twrite) fails with `invalid args:
+incomplete JSON: …`, in log too, never an empty success; the bytes stay, so a
+next write may still complete them (plan9port's `9p rdwr` reads after each line).  Reads of ctl and call slice a
 per-fid snapshot of the answer by offset (tree.answer_read: it starts at 0, or
 where the fid's writes ended, as a descriptor's reads after its writes come).
 `out` and `err` are the latest call's streams and wait while it runs; `status`
@@ -27,7 +30,8 @@ from ..errors import P9Error
 from .fs import AgentDir, after_save, json_text
 from .jsonargs import fit, json_state, take_elevated, validate
 from .sessions import Agent
-from .node import Dir_, FixedDir, Node, Pending, TextFile, answer_read, answered, snapshot_read
+from .node import (Dir_, FixedDir, Node, Pending, TextFile, answer_read, answered,
+                   changes, snapshot_read)
 
 CHUNK_WAIT = 4096   # a Twrite this long may be one piece of a longer write(2) (9pfuse's
                     # pieces are 4 KiB): its line, or its JSON, may continue in the next
@@ -65,8 +69,8 @@ class Calls:
         if name == "ctl":
             return CtlFile("ctl", q, d, self, a)
         if name == "log":
-            return TextFile("log", q, d, lambda: bytes(a.log),
-                            append=True, quiet_remove=True)
+            return TextFile("log", q, d, lambda: bytes(a.log), append=True, quiet_remove=True,
+                            changes=lambda: (len(a.log), bytes(a.log[-64:])))
         if name == "search":
             from .searchfile import AgentSearchFile
             return AgentSearchFile("search", q, d, self.searcher, a)
@@ -109,7 +113,9 @@ class Calls:
             for verb, names in cmds:
                 for n in names:
                     if verb == "tool_load" and self.registry.get(n) is None:
-                        raise P9Error(fit("tool_load: ", f"no such tool: {n}", ""))
+                        more = self.registry.why_missing(n)
+                        raise P9Error(fit("tool_load: ", f"no such tool: {n}"
+                                          + (f": {more}" if more else ""), ""))
                     if verb != "tool_load" and n not in loaded:
                         raise P9Error(fit(f"{verb}: ", f"no such tool loaded: {n}", ""))
                 loaded = (loaded | set(names) if verb == "tool_load" else
@@ -204,6 +210,12 @@ class CtlFile(Node):
     def length(self) -> int:
         return len(self._text())
 
+    def version(self) -> int:       # qid.vers and mtime move with the tools loaded
+        return changes(self)(self.qpath, tuple(self.a.loaded))[0]
+
+    def mtime(self) -> int:
+        return changes(self)(self.qpath, tuple(self.a.loaded))[1]
+
     def read(self, fid: Any, offset: int, count: int) -> bytes:
         return answer_read(fid, self._text, offset, count)
 
@@ -257,7 +269,8 @@ class ToolCallDir(FixedDir):
         if name == "call":
             return CallFile("call", q, self)
         if name == "status":
-            return TextFile("status", q, self, self._status, quiet_remove=True)
+            return TextFile("status", q, self, self._status, quiet_remove=True,
+                            changes=self._status)
         return StreamFile(name, q, self, "stdout" if name == "out" else "stderr")
 
     def latest(self) -> Call | None:
@@ -327,7 +340,7 @@ class CallFile(Node):
     def clunk(self, fid: Any) -> None:
         """JSON left incomplete when the writer closes is reported, not lost."""
         buf = fid.aux.get("argbuf")
-        if buf and "call" not in fid.aux:
+        if buf and "call" not in fid.aux and fid.aux.get("told") != len(buf):  # not yet said
             d = self.parent
             why = fit("invalid args: ", f"incomplete JSON discarded at close: {bytes(buf)[:60]!r}")
             d.calls.latest(d.a)[d.tool] = invalid_call(d.tool, d.a, why)
@@ -336,6 +349,10 @@ class CallFile(Node):
     def read(self, fid: Any, offset: int, count: int) -> Any:
         call: Call | None = fid.aux.get("call")
         if call is None:
+            buf = fid.aux.get("argbuf")
+            if buf is not None:           # written, but no call made of it: never a success
+                fid.aux["told"] = len(buf)     # kept: a next write may still complete it
+                self._refuse(P9Error(fit("invalid args: incomplete JSON: ", _incomplete(buf))))
             return b""
         if call.done.is_set():
             return _result(fid, call, offset, count)
@@ -352,6 +369,21 @@ class CallFile(Node):
 
     def remove(self) -> None:
         return None
+
+
+def _incomplete(buf: bytearray) -> str:
+    """Why the bytes a fid wrote are no call: json's own error and where, or nothing."""
+    try:
+        text = bytes(buf).decode()
+    except UnicodeDecodeError:
+        return "ends inside a UTF-8 character"
+    if not text.strip():
+        return "nothing written; write one JSON object, such as {}"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        return f"{e.msg}: line {e.lineno} column {e.colno} (char {e.pos}), after {text[-40:]!r}"
+    return f"{text[-40:]!r}"
 
 
 def _result(fid: Any, call: Call, offset: int, count: int) -> bytes:
@@ -378,6 +410,14 @@ class AgentToolsDir(QuietDir):
     def lookup(self, name: str) -> Node | None:
         return self._one(self, name)
 
+    def missing(self, name: str) -> str:
+        """The Rerror of a walk to a tool directory that is not here (server._walk)."""
+        a = getattr(self.parent, "a", None)
+        if a is None or (a.alive and name not in a.loaded):
+            return fit("", f'{name} is not loaded for this agent: write "tool_load {name}" '
+                       "to its ctl", " (file not found)")
+        return fit("", f"{name}: no such tool now", " (file not found)")
+
 
 class StreamFile(Node):
     """out or err: the latest call's stream; waits while that call runs."""
@@ -393,6 +433,16 @@ class StreamFile(Node):
 
     def length(self) -> int:
         return len(self._data(self.parent.latest()))
+
+    def _key(self) -> Any:
+        call = self.parent.latest()       # a Call compares by identity
+        return call, len(self._data(call)), call is not None and call.done.is_set()
+
+    def version(self) -> int:
+        return changes(self)(self.qpath, self._key())[0]
+
+    def mtime(self) -> int:
+        return changes(self)(self.qpath, self._key())[1]
 
     def read(self, fid: Any, offset: int, count: int) -> Any:
         if offset and "snapshot" in fid.aux:

@@ -1,0 +1,63 @@
+"""`toolsrv mcp --config [claude|cursor|vscode]`: the JSON an MCP client's configuration
+needs to start this `toolsrv mcp`, printed, not guessed by the user (issue 27).
+
+A client starts its servers with its own PATH and environment: a bare `"command":
+"toolsrv"` fails there (`spawn toolsrv ENOENT`), and a client that drops $NAMESPACE makes
+`toolsrv mcp` dial another address and fall back to standalone.  So the command is the
+absolute path of this toolsrv (its script beside this interpreter, else this interpreter
+with `-m toolsrv`), and the address is given with `-a`, as this environment resolves it.
+Claude Desktop and Cursor read `mcpServers`; VS Code reads `servers`, with a `type`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from typing import Any
+
+from ..serve import dial
+
+CLIENTS = ("claude", "cursor", "vscode")
+
+
+def command() -> list[str]:
+    """The absolute command that runs this toolsrv, for a process with any PATH."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "toolsrv" and os.path.isfile(argv0):
+        return [os.path.abspath(argv0)]
+    beside = os.path.join(os.path.dirname(sys.executable), "toolsrv")
+    if os.access(beside, os.X_OK):
+        return [beside]
+    found = shutil.which("toolsrv")
+    if found:
+        return [os.path.abspath(found)]
+    return [sys.executable, "-m", "toolsrv"]
+
+
+def mcp_args(args: Any) -> list[str]:
+    """`mcp` and the options given here, the address always (-a), paths made absolute."""
+    out = ["mcp", "-a", args.addr or str(dial.default_addr())]
+    for opt, value in (("--session", args.session), ("--agent", args.agent),
+                       ("--tools", args.tools),
+                       ("--cwd", os.path.abspath(args.cwd) if args.cwd else None)):
+        if value:
+            out += [opt, value]
+    for opt, on in (("--search", args.search), ("--no-standalone", args.no_standalone)):
+        if on:
+            out.append(opt)
+    return out
+
+
+def config(args: Any, client: str = "claude") -> dict[str, Any]:
+    """The client's configuration object for this toolsrv."""
+    cmd = command()
+    entry: dict[str, Any] = {"command": cmd[0], "args": cmd[1:] + mcp_args(args)}
+    if client == "vscode":
+        return {"servers": {"toolsrv": {"type": "stdio", **entry}}}
+    return {"mcpServers": {"toolsrv": entry}}
+
+
+def print_config(args: Any) -> int:
+    print(json.dumps(config(args, args.config), indent=2))
+    return 0
