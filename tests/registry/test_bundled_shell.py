@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "tools"))
 from sandbox_support import processes_with  # noqa: E402
 
-TOOLS = Path(__file__).resolve().parents[2] / "data" / "tools"
+TOOLS = Path(__file__).resolve().parents[2] / "toolsrv" / "data" / "tools"
 
 
 @pytest.fixture(scope="module")
