@@ -15,7 +15,7 @@ EDITABLE := --config-settings editable_mode=strict
 MODULES := $(sort $(shell find toolsrv -name '*.py'))
 MODLIST := build/.modules
 
-.PHONY: run test test-slow bench clean FORCE
+.PHONY: run test test-slow deploy-check bench clean FORCE
 .DEFAULT_GOAL := $(STAMP)
 
 $(MODLIST): FORCE
@@ -31,8 +31,14 @@ $(STAMP): setup.cfg pyproject.toml $(MODLIST)
 run: $(STAMP)
 	$(BIN)/toolsrv serve $(ARGS)
 
+# The whole suite, then the deployment check (the wheel installed in a fresh venv and run
+# from elsewhere: tests/deploy/check.sh); a run of chosen tests (ARGS=...) skips the check.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+	$(if $(ARGS),,bash tests/deploy/check.sh)
+
+deploy-check: $(STAMP)
+	bash tests/deploy/check.sh
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow $(ARGS)
