@@ -24,7 +24,7 @@ $(MODLIST): FORCE
 
 $(STAMP): setup.cfg pyproject.toml $(MODLIST)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q --upgrade pip setuptools
 	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[test,mcp,search]'
 	touch $(STAMP)
 

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from outside import OUTSIDE
 from shellhelpers import REPO, TOOLSRV, serving
 
 
@@ -144,7 +145,7 @@ def test_sigterm_is_graceful(tmp_path):
     home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
     env = dict(os.environ, HOME=home, NAMESPACE=os.path.join(home, "ns"),
                XDG_STATE_HOME=os.path.join(home, "state"))
-    p = subprocess.Popen(TOOLSRV + ["serve"], env=env, cwd=REPO, stderr=subprocess.PIPE,
+    p = subprocess.Popen(TOOLSRV + ["serve"], env=env, cwd=OUTSIDE, stderr=subprocess.PIPE,
                          text=True)
     try:
         banner = ""
@@ -176,7 +177,7 @@ def test_sigterm_while_starting_is_graceful_too():
     home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
     env = dict(os.environ, HOME=home, NAMESPACE=os.path.join(home, "ns"))
     sock = os.path.join(home, "ns", "toolsrv")
-    p = subprocess.Popen(TOOLSRV + ["serve", "--no-state"], env=env, cwd=REPO,
+    p = subprocess.Popen(TOOLSRV + ["serve", "--no-state"], env=env, cwd=OUTSIDE,
                          stderr=subprocess.DEVNULL)
     try:
         end = time.monotonic() + 20

@@ -56,7 +56,14 @@ mkdir -p "$T/src" "$T/dist"
 tar -C "$REPO" --exclude=./.venv --exclude=./build --exclude=./dist --exclude=./.git \
     --exclude='*.egg-info' --exclude=__pycache__ --exclude=.pytest_cache \
     --exclude=.hypothesis -cf - . | tar -C "$T/src" -xf -
-(cd "$T/src" && "$PIP_PY" -m pip wheel -q --no-deps -w "$T/dist" . >"$T/wheel.log" 2>&1) &
+# pip wheel builds in an isolated environment it fills with setuptools each time (15 s
+# here); a pip whose own setuptools builds wheels alone (70.1 on) builds without that.
+ISOLATION=
+"$PIP_PY" -c 'import setuptools, sys
+sys.exit(tuple(map(int, setuptools.__version__.split(".")[:2])) < (70, 1))' 2>/dev/null \
+    && ISOLATION=--no-build-isolation
+(cd "$T/src" && "$PIP_PY" -m pip wheel -q --no-deps $ISOLATION -w "$T/dist" . \
+    >"$T/wheel.log" 2>&1) &
 WHEEL_PID=$!
 "$PY" -m venv --without-pip "$T/venv" || fail "python3 -m venv"
 wait "$WHEEL_PID" || fail "pip wheel --no-deps . (see wheel.log)"

@@ -22,6 +22,8 @@ import time
 
 import pytest
 
+from outside import OUTSIDE
+
 from toolsrv.serve import dial
 from toolsrv.dirs import trusted
 from toolsrv.cli.client import Client, ClientError
@@ -57,7 +59,7 @@ def in_private_var_tmp(setup: str, argv: list[str]) -> list[str]:
 
 def refusal(argv: list[str], env: dict | None = None, timeout: float = 20) -> str:
     """The server's stderr once it has refused to start (exit 1); fails if it serves."""
-    p = subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+    p = subprocess.Popen(argv, cwd=OUTSIDE, env=env, stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _, err = p.communicate(timeout=timeout)
@@ -176,7 +178,7 @@ class Server:
         self.log = open(os.path.join(tmp, f"{name}.log"), "w+")
         argv = [sys.executable, "-m", "toolsrv", "serve", "-a", self.addr, "--tools", TOOLS,
                 "--no-state"]
-        self.p = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL,
+        self.p = subprocess.Popen(argv, cwd=OUTSIDE, stdin=subprocess.DEVNULL,
                                   stdout=subprocess.DEVNULL, stderr=self.log)
         assert wait_for(self._up, 30), self.stderr()
 
