@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -175,7 +174,8 @@ class Server:
 
     def __init__(self, tmp: str, name: str) -> None:
         self.addr = f"unix!{tmp}/{name}/toolsrv"
-        self.log = open(os.path.join(tmp, f"{name}.log"), "w+")
+        self.log_path = os.path.join(tmp, f"{name}.log")
+        self.log = open(self.log_path, "w")
         argv = [sys.executable, "-m", "toolsrv", "serve", "-a", self.addr, "--tools", TOOLS,
                 "--no-state"]
         self.p = subprocess.Popen(argv, cwd=OUTSIDE, stdin=subprocess.DEVNULL,
@@ -196,9 +196,10 @@ class Server:
             return c.read(f"session/{name}/cwd").decode().strip()
 
     def stderr(self) -> str:
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()
+        """Its log so far, read through a file of our own (a seek on the one it writes
+        through would move its offset too)."""
+        with open(self.log_path) as f:
+            return f.read()
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.p.poll() is None:
@@ -222,14 +223,14 @@ def test_a_crashed_servers_session_directories_are_swept_and_a_live_ones_kept(tm
         crashed.stop(signal.SIGKILL)          # no clean-up of its own
         later = Server(tmp, "c")               # its start sweeps
         server_dir = os.path.dirname(gone)    # removed, then its lock file
-        assert wait_for(lambda: not os.path.exists(gone)
-                        and not os.path.exists(server_dir + ".lock"), 10), \
+        swept = re.compile(r"swept the session directories of \d+ servers? without state")
+        # the line is logged once the sweep has gone through every server's directory
+        assert wait_for(lambda: swept.search(later.stderr() + live.stderr()), 60), \
+            f"no sweep logged\n{later.stderr()}"
+        assert not os.path.exists(gone) and not os.path.exists(server_dir + ".lock"), \
             f"{gone} left behind by a crashed server"
         assert not os.path.exists(server_dir)
-        time.sleep(0.5)                        # the sweep is done with the rest by now
         assert os.path.isdir(kept), "a live server's session directory was swept"
-        assert re.search(r"swept the session directories of \d+ servers? without state",
-                         later.stderr() + live.stderr())
         live.stop()                            # a clean stop removes its own
         assert not os.path.exists(os.path.dirname(kept))
     finally:

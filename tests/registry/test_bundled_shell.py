@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from apphelpers import AppThread
 from py9phelpers import agent, connect, mkdir, rdwr, read
+from serverhelpers import wait_for
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tools"))
@@ -105,11 +105,11 @@ def test_unload_ends_the_shell_and_its_jobs(srv):
         a = agent(c, "sh6", "a", "shell")
         before = set(shells())
         sh(c, a, "sleep 3599 >/dev/null 2>&1 &")
+        # the job is a fork that execs sleep when the machine gets to it: until then its
+        # command line is its shell's (and no sleep is listed), so wait for the exec
+        assert wait_for(lambda: processes_with("sleep\x003599\x00"), 60)
         mine = set(shells()) - before
-        assert len(mine) == 1 and processes_with("sleep\x003599\x00")
+        assert len(mine) == 1
         rdwr(c, a + "/ctl", b"tool_unload shell")
-        end = time.monotonic() + 15
-        while time.monotonic() < end and (processes_with("sleep\x003599\x00") or
-                                          mine & set(shells())):
-            time.sleep(0.02)
-        assert not processes_with("sleep\x003599\x00") and not mine & set(shells())
+        assert wait_for(lambda: not processes_with("sleep\x003599\x00")
+                        and not mine & set(shells()), 60)
