@@ -51,7 +51,7 @@ MiB = 1024.0
 
 
 def compile_sources() -> None:
-    for d in ("proto", "toolsrv", "bench"):
+    for d in ("toolsrv", "bench"):
         compileall.compile_dir(str(REPO / d), quiet=1)
 
 
