@@ -10,8 +10,9 @@
 #     them; `import proto` finds no module of ours;
 #   - `toolsrv serve` started from / on a private address, serving the tool format's quick
 #     start (a Python `my_tool` and a `cmd`-only tool in a 0700 ~/.config/ollie/tools) and
-#     the bundled tools: a call of each, two Python calls, then /status shows a warm
-#     interpreter made and no warm start failed;
+#     the bundled tools: a call of each (and of the bundled client_9p, which loads the
+#     installed package's 9P client under its profile), two Python calls, then /status
+#     shows a warm interpreter made and no warm start failed;
 #   - `toolsrv mcp` from a third directory, standalone (nothing at the usual address),
 #     through the official MCP SDK's stdio client: the tool list and one call;
 #   - no traceback in the server's log or on the MCP client's stderr.
@@ -169,13 +170,14 @@ call() {   # call TOOL JSON EXPECTED: from directory b, the output must contain 
 call my_tool '{"path": "first"}' "my_tool saw first"
 call json_path '{"path": "from the cmd"}' "from the cmd"
 call file_read '{"path": "hello.txt"}' "a line of the deployment check"
+call client_9p '{"op": "read", "path": "tools/index"}' "my_tool"   # the package, read confined
 call my_tool '{"path": "second"}' "my_tool saw second"
 STATUS=$(cd "$T/c" && "$V/toolsrv" read -a "$ADDR" status 2>>"$T/client.log") \
     || fail "toolsrv read status"
 echo "$STATUS" >"$T/status.log"
 echo "$STATUS" | grep -Eq '; [1-9][0-9]* made warm' || fail "/status shows no warm interpreter made"
 echo "$STATUS" | grep -Eq ', 0 failed' || fail "/status shows a failed warm start"
-step "quick-start calls and bundled file_read; /status: a warm interpreter made, none failed"
+step "quick-start calls, bundled file_read and client_9p; /status: warm made, none failed"
 
 # --- toolsrv mcp, standalone, from a third directory ---------------------------------------
 (cd "$T/c" && NAMESPACE=$T/ns-empty "$V/python" - "$V/toolsrv" "$T/b" "$T/mcp-stderr.log" \
