@@ -9,7 +9,7 @@ python3 one, and times rdwr calls of each through the toolsrv client of the Pyth
 runs this script, alternating window by window so host noise hits both alike; then prints
 the medians, their ratio (target: python3 <= 1.5x sh) and the server's /status.
 
-    python bench/bench_deployed.py --toolsrv VENV/bin/toolsrv [--cwd DIR] [-n CALLS]
+    python bench/bench_deployed.py --toolsrv VENV/bin/toolsrv [--cwd DIR] [-n CALLS] [--no-warm]
 """
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ def main() -> None:
     ap.add_argument("--toolsrv", required=True, help="the toolsrv executable to serve with")
     ap.add_argument("--cwd", help="the server's working directory (default: a fresh one)")
     ap.add_argument("-n", type=int, default=200, help="calls of each tool")
+    ap.add_argument("--no-warm", action="store_true", help="serve --no-warm: the cold figure")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench-deployed.", dir="/tmp")
     os.chmod(tmp, 0o755)
@@ -54,7 +55,7 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OLLIE_TOOLS_PATH")}
     log = open(os.path.join(tmp, "server.log"), "w")
     p = subprocess.Popen([a.toolsrv, "serve", "-a", f"unix!{sock}", "--tools", tools,
-                          "--no-state"], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                          "--no-state", *(["--no-warm"] if a.no_warm else [])], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                          stdout=log, stderr=log)
     try:
         end = time.monotonic() + 60
