@@ -208,6 +208,24 @@ class Server:
         self.log.close()
 
 
+def servers() -> list[int]:
+    """Pids of this uid's processes that may run a toolsrv (`toolsrv serve`, a suite's
+    in-process servers)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != os.geteuid():
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if (b"serve" in argv and any(a.endswith(b"toolsrv") for a in argv)) or \
+                any(a.endswith(b"pytest") for a in argv) and int(pid) != os.getpid():
+            found.append(int(pid))
+    return found
+
+
 def test_a_crashed_servers_session_directories_are_swept_and_a_live_ones_kept(tmp):
     """A server without state killed with SIGKILL cannot remove its sessions' directories;
     a sweep (at the start of any server after that) does, and leaves a live server's."""
@@ -222,23 +240,20 @@ def test_a_crashed_servers_session_directories_are_swept_and_a_live_ones_kept(tm
         assert os.path.isdir(gone) and os.path.isdir(kept)
         crashed.stop(signal.SIGKILL)          # no clean-up of its own
         server_dir = os.path.dirname(gone)    # removed, then its lock file
-        base = os.path.dirname(server_dir)    # /var/tmp/toolsrv.<euid>/nostate: the uid's
-        ours = {os.path.basename(os.path.dirname(kept)) + ".lock",
-                os.path.basename(server_dir) + ".lock"}
+        others = set(servers()) - {live.p.pid, crashed.p.pid}
         later = Server(tmp, "c")               # its start sweeps
-        ours.add(os.path.basename(os.path.dirname(later.session_cwd("z"))) + ".lock")
         swept = re.compile(r"swept the session directories of \d+ servers? without state")
-        others: set[str] = set()              # other servers of this uid seen meanwhile
+        # Every server of this uid sweeps at its start (the base, /var/tmp/toolsrv.<euid>, is
+        # the uid's, machine-wide): with other suites running, another may sweep first.
+        mine = {live.p.pid, crashed.p.pid, later.p.pid}
 
         def done() -> bool:
-            others.update(e for e in os.listdir(base) if e.endswith(".lock") and e not in ours)
+            others.update(set(servers()) - mine)
             return not os.path.exists(gone) and not os.path.exists(server_dir + ".lock")
         assert wait_for(done, 60), f"{gone} left behind by a crashed server"
         assert not os.path.exists(server_dir)
         assert os.path.isdir(kept), "a live server's session directory was swept"
-        # the sweeper logs it once through every directory: `later`, unless another server
-        # of this uid (another suite on this machine) started meanwhile and swept first
-        if not others:
+        if not others:    # then it was `later`, which logs it once through every directory
             assert wait_for(lambda: swept.search(later.stderr() + live.stderr()), 60), \
                 f"no sweep logged\n{later.stderr()}"
         live.stop()                            # a clean stop removes its own
