@@ -15,7 +15,7 @@ EDITABLE := --config-settings editable_mode=strict
 MODULES := $(sort $(shell find toolsrv -name '*.py'))
 MODLIST := build/.modules
 
-.PHONY: run test test-slow bench clean man FORCE
+.PHONY: run test test-slow deploy-check bench clean man FORCE
 .DEFAULT_GOAL := $(STAMP)
 
 $(MODLIST): FORCE
@@ -30,15 +30,21 @@ toolsrv/man/toolsrv.%: doc/toolsrv.%.md doc/mdroff.py
 
 $(STAMP): setup.cfg pyproject.toml $(MODLIST) $(MAN)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q --upgrade pip setuptools
 	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[test,mcp,search,lsp]'
 	touch $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/toolsrv serve $(ARGS)
 
+# The whole suite, then the deployment check (the wheel installed in a fresh venv and run
+# from elsewhere: tests/deploy/check.sh); a run of chosen tests (ARGS=...) skips the check.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+	$(if $(ARGS),,bash tests/deploy/check.sh)
+
+deploy-check: $(STAMP)
+	bash tests/deploy/check.sh
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow $(ARGS)

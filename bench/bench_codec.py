@@ -76,7 +76,9 @@ def plain_class(cls: type) -> type:
 
 def load_against(path: str) -> ModuleType:
     """The proto package of another checkout, imported under the name proto_against."""
-    pkg = os.path.join(path, "proto")
+    pkg = os.path.join(path, "toolsrv", "proto")   # since issue 26; before: a top-level proto/
+    if not os.path.isdir(pkg):
+        pkg = os.path.join(path, "proto")
     spec = importlib.util.spec_from_file_location(
         "proto_against", os.path.join(pkg, "__init__.py"), submodule_search_locations=[pkg])
     if spec is None or spec.loader is None:

@@ -49,7 +49,7 @@ def build_server(tool_path: str) -> Any:
             raise RuntimeError(f"exit {proc.returncode}: {err.decode()[-200:]}")
         return out.decode()
 
-    code = compile(open(os.path.join(REPO, "data", "tools", "file_read"), encoding="utf-8").read(),
+    code = compile(open(os.path.join(REPO, "toolsrv", "data", "tools", "file_read"), encoding="utf-8").read(),
                    "file_read", "exec")
 
     @srv.tool()

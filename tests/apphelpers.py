@@ -1,4 +1,8 @@
-"""A whole toolsrv (registry, runner, sessions, calls) on a thread, for end-to-end tests."""
+"""A whole toolsrv (registry, runner, sessions, calls) on a thread, for end-to-end tests.
+
+It runs real tools in the real sandbox, so it needs Landlock: where the kernel has none,
+a test that starts one is skipped, saying why, as tests/run/ does.  It starts in the test
+process's working directory, outside the checkout (tests/outside.py, conftest.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -33,6 +37,13 @@ def add_tool(d: str, name: str, script: str | None = None, meta: dict | None = N
         os.chmod(p, 0o755)
 
 
+def no_landlock() -> str | None:
+    """Why tools cannot run sandboxed here, or None (the same test as tests/run/'s)."""
+    from toolsrv.run.sandbox import landlock_status
+    st = landlock_status()
+    return None if st.abi >= 1 else f"kernel has no usable Landlock ({st.reason})"
+
+
 class AppThread:
     def __init__(self, tools: list[str], **opts: Any) -> None:
         self.tmp = tempfile.mkdtemp(prefix="ts.", dir="/tmp")
@@ -58,6 +69,11 @@ class AppThread:
         self.loop.run_until_complete(self.app.stop())
 
     def start(self) -> "AppThread":
+        why = no_landlock()
+        if why is not None:
+            import pytest
+            self.cleanup()
+            pytest.skip(why)
         self.thread.start()
         self.ready.wait(30)
         if self.error:

@@ -17,6 +17,7 @@ import tempfile
 from typing import Any, Iterator
 
 from apphelpers import add_tool
+from outside import OUTSIDE
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOLSRV = [sys.executable, "-m", "toolsrv"]
@@ -56,7 +57,7 @@ def serving(*args: str, tools: dict[str, tuple[str | None, dict]] | None = None,
             os.chmod(p, 0o755)
         for name, (script, meta) in tools.items():
             add_tool(d, name, script, meta)
-    p = subprocess.Popen(TOOLSRV + ["serve", *args], env=env, cwd=REPO,
+    p = subprocess.Popen(TOOLSRV + ["serve", *args], env=env, cwd=OUTSIDE,
                          stderr=subprocess.PIPE, text=True)
     try:
         banner = []

@@ -32,7 +32,7 @@ MAX_LINES = 600
 # rank of each part: an import may go to a part of lower rank, or within its own part.
 RANK = {"proto": 0, "base": 1, "run": 2, "registry": 2, "tree": 3, "serve": 4, "hosts": 5,
         "app": 6, "mcp": 7, "cli": 8}
-BASE = {"toolsrv", "toolsrv.errors", "toolsrv.record"}
+BASE = {"toolsrv", "toolsrv.errors", "toolsrv.record", "toolsrv.bundled"}
 TOP = {"toolsrv.app": "app", "toolsrv.__main__": "cli", "toolsrv.client": "cli"}
 
 
@@ -41,7 +41,7 @@ def modules() -> dict[str, str]:
     out = {}
     for top in ("toolsrv",):
         for d, dirs, files in os.walk(os.path.join(REPO, top)):
-            dirs[:] = [x for x in dirs if x != "__pycache__"]
+            dirs[:] = [x for x in dirs if x not in ("__pycache__", "data")]   # data: tools
             for f in files:
                 if f.endswith(".py"):
                     rel = os.path.relpath(os.path.join(d, f), REPO)[:-3].split(os.sep)

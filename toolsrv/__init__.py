@@ -14,6 +14,8 @@ the top of this list down, never up (tests/test_layout.py checks it):
                inits, sandbox profiles, Landlock, seccomp, cgroups, idmaps, elevation
     dirs/      the directories the server keeps things in, proved ours and locked
     errors.py, record.py    the error strings, the record base classes: used by all
+    bundled.py, data/       the package data read at run time: the bundled tools
+                            (data/tools/) and the shipped sandbox profiles (data/sandbox/)
     proto/     the 9P2000 codec, pure (sans-I/O)
 
 run/ and registry/ stand side by side and import nothing of each other; proto/ (the 9P

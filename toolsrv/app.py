@@ -38,6 +38,7 @@ import socket
 import sys
 from typing import Any
 
+from . import bundled
 from .dirs import trusted
 from .dirs.serverdir import ServerDir
 from .record import Record, replace
@@ -49,8 +50,7 @@ from .tree.sessions import SessionStore
 
 log = logging.getLogger("toolsrv")
 
-REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-BUNDLED_TOOLS = os.path.join(REPO, "data", "tools")
+BUNDLED_TOOLS = bundled.TOOLS         # package data: toolsrv/data/tools (toolsrv/bundled.py)
 
 
 class Options(Record):

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from outside import OUTSIDE
 from shellhelpers import REPO, TOOLSRV, serving
 
 
@@ -43,7 +44,7 @@ def run(env, *args, stdin: str | None = None) -> subprocess.CompletedProcess:
 def test_first_run_banner(served):
     env, banner, _ = served
     assert f"serving on unix!{env['NAMESPACE']}/toolsrv" in banner
-    bundled = len([f for f in os.listdir(os.path.join(REPO, "data", "tools"))
+    bundled = len([f for f in os.listdir(os.path.join(REPO, "toolsrv", "data", "tools"))
                    if f.endswith(".meta")])
     assert "tools loaded from" in banner and " in tools/errors" in banner
     n = int(banner.split(" tools loaded")[0].rsplit("toolsrv: ", 1)[1])
@@ -145,7 +146,7 @@ def test_sigterm_is_graceful(tmp_path):
     home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
     env = dict(os.environ, HOME=home, NAMESPACE=os.path.join(home, "ns"),
                XDG_STATE_HOME=os.path.join(home, "state"))
-    p = subprocess.Popen(TOOLSRV + ["serve"], env=env, cwd=REPO, stderr=subprocess.PIPE,
+    p = subprocess.Popen(TOOLSRV + ["serve"], env=env, cwd=OUTSIDE, stderr=subprocess.PIPE,
                          text=True)
     try:
         banner = ""
@@ -177,7 +178,7 @@ def test_sigterm_while_starting_is_graceful_too():
     home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
     env = dict(os.environ, HOME=home, NAMESPACE=os.path.join(home, "ns"))
     sock = os.path.join(home, "ns", "toolsrv")
-    p = subprocess.Popen(TOOLSRV + ["serve", "--no-state"], env=env, cwd=REPO,
+    p = subprocess.Popen(TOOLSRV + ["serve", "--no-state"], env=env, cwd=OUTSIDE,
                          stderr=subprocess.DEVNULL)
     try:
         end = time.monotonic() + 20

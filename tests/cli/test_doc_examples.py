@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from typing import NamedTuple
 
@@ -167,42 +168,71 @@ def run_transcript(b: Block, env: dict, cwd: str) -> None:
             f"{b}: $ {cmd}\nwant: {want}\ngot:  {lines}"
 
 
-def _waiting_in(sid: int, word: str, limit: float = 30.0) -> bool:
+def _waiters(sid: int, word: str) -> set[int]:
+    """The processes of session sid with `word` in their command line."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.getsid(int(pid)) != sid:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if word.encode() in f.read().split(b"\0"):
+                    found.add(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def _waiting_in(sid: int, word: str, limit: float = 60.0) -> bool:
     """True once a process of session sid has `word` in its command line."""
     end = time.monotonic() + limit
     while time.monotonic() < end:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                if os.getsid(int(pid)) != sid:
-                    continue
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if word.encode() in f.read().split(b"\0"):
-                        return True
-            except OSError:
-                continue
+        if _waiters(sid, word):
+            return True
         time.sleep(0.05)
     return False
 
 
 def run_wait_loop(b: Block, env: dict, cwd: str) -> None:
     """The loop that waits for the registry: one change, then more than a revwait timeout
-    (3 s here) of nothing: it must say "revision now" exactly once."""
+    (3 s here) of nothing: it must say "revision now" exactly once.  Each step waits on
+    its event: the loop waiting in revwait; the change's line on its output; then three
+    more revwaits started after it (so two ended by their timeout with nothing to say)."""
     tools = os.path.join(env["HOME"], ".config", "ollie", "tools")
     os.makedirs(tools, exist_ok=True)
     p = subprocess.Popen(["bash", "-c", b.text], env=env, cwd=cwd, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          start_new_session=True)
+    lines: list[str] = []
+    said = threading.Event()
+
+    def read_out() -> None:
+        assert p.stdout is not None
+        for line in p.stdout:
+            lines.append(line)
+            if line.startswith("revision now"):
+                said.set()
+    reader = threading.Thread(target=read_out, daemon=True)
+    reader.start()
     try:
         assert _waiting_in(p.pid, "revwait"), "the loop never came to wait"
-        time.sleep(0.3)
         with open(os.path.join(tools, "doc_loop.tmp"), "w") as f:
             f.write('{"description": "appears once", "cmd": "cat"}')
         os.rename(os.path.join(tools, "doc_loop.tmp"), os.path.join(tools, "doc_loop.meta"))
-        time.sleep(7.5)                        # the change, then two timeouts of nothing
+        assert said.wait(120), f"{b}: the change was never said\n{''.join(lines)}"
+        after: set[int] = set()
+        end = time.monotonic() + 120
+        while len(after) < 3 and time.monotonic() < end and p.poll() is None:
+            after |= _waiters(p.pid, "revwait")
+            time.sleep(0.05)
+        assert len(after) >= 3, f"{b}: the loop stopped waiting\n{''.join(lines)}"
     finally:
         os.killpg(p.pid, 9)
-        out, err = p.communicate()
+        reader.join(30)
+        err = p.stderr.read() if p.stderr else ""
+        p.wait()
         os.unlink(os.path.join(tools, "doc_loop.meta"))
+    out = "".join(lines)
     said = [ln for ln in out.splitlines() if ln.startswith("revision now")]
     assert len(said) == 1, f"{b}: {said}\n{err}"
     assert "doc_loop\thot\tappears once" in out

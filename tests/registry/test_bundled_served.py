@@ -19,7 +19,7 @@ TOOLS = ["file_read", "file_write", "file_edit", "file_glob", "file_grep", "memo
 
 @pytest.fixture(scope="module")
 def agent():
-    app = AppThread([os.path.join(REPO, "data", "tools")]).start()
+    app = AppThread([os.path.join(REPO, "toolsrv", "data", "tools")]).start()
     c = Client.connect(app.addr)
     c.mkdir("session/b")
     c.mkdir("session/b/agent/a")

@@ -7,19 +7,21 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from apphelpers import AppThread
 from py9phelpers import agent, connect, mkdir, rdwr, read
+from serverhelpers import wait_for
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tools"))
 from sandbox_support import processes_with  # noqa: E402
 
-TOOLS = Path(__file__).resolve().parents[2] / "data" / "tools"
+# sleeps of a length no other test process uses (another suite may run beside this one)
+LONG = 3_600_000 + os.getpid() % 100_000
+TOOLS = Path(__file__).resolve().parents[2] / "toolsrv" / "data" / "tools"
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +70,11 @@ def test_a_hung_command_hits_its_timeout_and_the_shell_lives_on(srv):
     with connect(srv) as c:
         a = agent(c, "sh3", "a", "shell")
         sh(c, a, "K=kept")
-        out = sh(c, a, "echo before; sleep 3600", timeout=0.5)
+        out = sh(c, a, f"echo before; sleep {LONG}", timeout=0.5)
         assert out.startswith("before\n")
         assert "[shell: timed out after 0.5s: the command was killed]" in out
         assert out.endswith("[exit 143]")
-        assert not processes_with("sleep\x003600\x00")
+        assert wait_for(lambda: not processes_with(f"sleep\x00{LONG}\x00"), 60)   # killed
         assert sh(c, a, "echo $K") == "kept\n[exit 0]"
         # a command that ignores SIGTERM ends the shell: a new one, and the answer says so
         out = sh(c, a, "trap '' TERM; while :; do :; done", timeout=0.3)
@@ -104,15 +106,15 @@ def test_unload_ends_the_shell_and_its_jobs(srv):
     with connect(srv) as c:
         a = agent(c, "sh6", "a", "shell")
         before = set(shells())
-        sh(c, a, "sleep 3599 >/dev/null 2>&1 &")
+        sh(c, a, f"sleep {LONG + 1} >/dev/null 2>&1 &")
+        # the job is a fork that execs sleep when the machine gets to it: until then its
+        # command line is its shell's (and no sleep is listed), so wait for the exec
+        assert wait_for(lambda: processes_with(f"sleep\x00{LONG + 1}\x00"), 60)
         mine = set(shells()) - before
-        assert len(mine) == 1 and processes_with("sleep\x003599\x00")
+        assert len(mine) == 1
         rdwr(c, a + "/ctl", b"tool_unload shell")
-        end = time.monotonic() + 15
-        while time.monotonic() < end and (processes_with("sleep\x003599\x00") or
-                                          mine & set(shells())):
-            time.sleep(0.02)
-        assert not processes_with("sleep\x003599\x00") and not mine & set(shells())
+        assert wait_for(lambda: not processes_with(f"sleep\x00{LONG + 1}\x00")
+                        and not mine & set(shells()), 60)
 
 
 def _ppid(pid: int) -> int:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from outside import OUTSIDE
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from sandbox_support import LANDLOCK, NO_LANDLOCK, Harness  # noqa: E402
 
@@ -207,7 +209,7 @@ def test_interactive_broker_asks_one_at_a_time(h: Harness) -> None:
 def _approve(path: Path, *args: str, **kw: object) -> "subprocess.Popen[str]":
     """`toolsrv approve --socket PATH ARGS`, once it listens."""
     proc = subprocess.Popen([sys.executable, "-m", "toolsrv", "approve", "--socket", str(path),
-                             *args], cwd=REPO, stderr=subprocess.PIPE, text=True,
+                             *args], cwd=OUTSIDE, stderr=subprocess.PIPE, text=True,
                             **kw)  # type: ignore[call-overload]
     assert proc.stderr is not None and "listening" in proc.stderr.readline()
     return proc

@@ -106,8 +106,8 @@ def world():
     home = os.path.join(out, "home")                 # the server's HOME: profiles live here
     prof = os.path.join(home, ".config", "ollie", "sandbox")
     os.makedirs(prof)
-    with open("sandbox/default.yaml" if os.path.exists("sandbox/default.yaml") else
-              os.path.join(os.path.dirname(__file__), "..", "..", "sandbox", "default.yaml")) as f:
+    from toolsrv.bundled import PROFILES
+    with open(os.path.join(PROFILES, "default.yaml")) as f:
         default = f.read()
     yield {"dir": out, "secret": os.path.join(out, "secret"), "drop": drop, "prog": prog,
            "profiles": prof, "home": home, "default": default}

@@ -181,6 +181,15 @@ def test_a_grandchild_is_killed_with_the_run(hw: Harness) -> None:
     assert sleepers(m) == []
 
 
+async def until_sleeping(m: str, limit: float = 60.0) -> None:
+    """Wait (on the event, with a generous deadline) until the run's `sleep m` is running."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit
+    while not sleepers(m):
+        assert loop.time() < end, f"sleep {m} never started"
+        await asyncio.sleep(0.02)
+
+
 def test_timeout_cap_and_cancel_end_a_warm_run(hw: Harness) -> None:
     m = marker()
     res = hw.run([str(script(hw, f"import os\nos.execv('/bin/sleep', ['sleep', '{m}'])\n"))],
@@ -194,7 +203,7 @@ def test_timeout_cap_and_cancel_end_a_warm_run(hw: Harness) -> None:
         task = asyncio.ensure_future(hw.runner.run(hw.request(
             [str(script(hw, f"import os\nos.execv('/bin/sleep', ['sleep', '{m}'])\n"))],
             kill=kill)))
-        await asyncio.sleep(0.5)
+        await until_sleeping(m)  # the run is in its sleep: now the cancel
         kill.set()
         return await task
     res = hw.run_async(cancelled())
@@ -277,10 +286,7 @@ def test_a_warm_interpreter_killed_during_a_call(hw: Harness) -> None:
 
     async def kill_midway() -> object:
         task = asyncio.ensure_future(hw.runner.run(hw.request([str(path)])))
-        for _ in range(100):
-            await asyncio.sleep(0.05)
-            if sleepers(m):
-                break
+        await until_sleeping(m)
         handle = next(iter(hw.runner.launcher._handles.values()))
         pid = handle._init.pid()
         os.kill(pid, signal.SIGKILL)

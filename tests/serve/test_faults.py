@@ -23,6 +23,8 @@ import uuid
 
 import pytest
 
+from outside import OUTSIDE
+
 from toolsrv.proto import ORDWR, Topen, Tread, Twalk, Twrite
 from toolsrv.dirs import trusted
 from toolsrv.cli.client import Client, ClientError
@@ -74,7 +76,7 @@ class ServerProc:
         env = {k: v for k, v in os.environ.items() if k != "OLLIE_TOOLS_PATH"}
         self.p = subprocess.Popen(
             [sys.executable, "-m", "toolsrv", "serve", "-a", self.addr, "--tools", tools,
-             "--state", state, *extra], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+             "--state", state, *extra], cwd=OUTSIDE, env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=self.log)
         if not wait_for(self._up, 30):
             self.stop()

@@ -36,6 +36,7 @@ class Gate(threading.Event):
     def __init__(self) -> None:
         super().__init__()
         self.armed, self.writes, self.fail = False, 0, set()
+        self.entered = threading.Event()  # a write is held here: the save is under way
 
 
 @pytest.fixture
@@ -45,7 +46,8 @@ def gate(monkeypatch):
 
     def write(state_dir: Any, path: str, data: bytes) -> Any:
         if g.armed:
-            g.wait(10)
+            g.entered.set()
+            g.wait(60)
             g.writes += 1
             if g.writes in g.fail:
                 return OSError(28, "No space left on device")
@@ -69,13 +71,23 @@ async def serving(gate: Gate) -> tuple[Any, NinePProtocol, Transport]:
     return fs, p, t
 
 
-async def until(t: Transport, n: int) -> list:
-    for _ in range(500):
-        r = t.replies()
-        if len(r) >= n:
-            return r
-        await asyncio.sleep(0.01)
+async def until(t: Transport, n: int, limit: float = 60.0) -> list:
+    """The replies once there are n of them (or all there are after `limit` seconds)."""
+    await until_true(lambda: len(t.replies()) >= n, limit)
     return t.replies()
+
+
+async def until_true(pred: Any, limit: float = 60.0) -> bool:
+    """Wait for pred() with a generous deadline; its last value."""
+    end = asyncio.get_running_loop().time() + limit
+    while not pred() and asyncio.get_running_loop().time() < end:
+        await asyncio.sleep(0.01)
+    return bool(pred())
+
+
+async def saving(gate: Gate, made: Any) -> None:
+    """Until the change is made (made()) and the state's save has reached the gate."""
+    assert await until_true(lambda: gate.entered.is_set() and made()), "no change, or no save"
 
 
 def test_a_flushed_create_that_took_effect_gets_its_rcreate_then_rflush(gate):
@@ -84,7 +96,7 @@ def test_a_flushed_create_that_took_effect_gets_its_rcreate_then_rflush(gate):
         p.data_received(encode(Twalk(1, 0, 1, ("session",))) +
                         encode(Tcreate(2, 1, "new", DMDIR | 0o755, OREAD)) +
                         encode(Tflush(3, 2)))
-        await asyncio.sleep(0.05)
+        await saving(gate, lambda: "new" in fs.store.sessions)
         assert [type(m) for m in t.replies()] == [Rwalk]        # the save is under way
         assert "new" in fs.store.sessions                         # ... of a change made
         gate.set()
@@ -102,7 +114,7 @@ def test_a_flushed_create_whose_save_failed_gets_that_error_then_rflush(gate):
         p.data_received(encode(Twalk(1, 0, 1, ("session",))) +
                         encode(Tcreate(2, 1, "new", DMDIR | 0o755, OREAD)) +
                         encode(Tflush(3, 2)))
-        await asyncio.sleep(0.05)
+        await saving(gate, lambda: "new" in fs.store.sessions)
         gate.set()
         r = await until(t, 3)
         assert [(type(m), m.tag) for m in r] == [(Rwalk, 1), (Rerror, 2), (Rflush, 3)]
@@ -122,7 +134,7 @@ def test_a_flushed_cwd_write_gets_its_rwrite_and_the_old_private_cwd_goes(gate, 
                         encode(Topen(2, 1, OWRITE)) +
                         encode(Twrite(3, 1, 0, f"{tmp_path}\n".encode())) +
                         encode(Tflush(4, 3)))
-        await asyncio.sleep(0.05)
+        await saving(gate, lambda: s.cwd == os.path.realpath(tmp_path))
         gate.set()
         r = await until(t, 4)
         assert [(type(m), m.tag) for m in r] == [(Rwalk, 1), (Ropen, 2), (Rwrite, 3),
@@ -141,12 +153,12 @@ def test_a_hang_up_during_a_cwd_save_still_removes_the_old_private_cwd(gate, tmp
         p.data_received(encode(Twalk(1, 0, 1, ("session", "s", "cwd"))) +
                         encode(Topen(2, 1, OWRITE)) +
                         encode(Twrite(3, 1, 0, str(tmp_path).encode())))
-        await asyncio.sleep(0.05)
+        await saving(gate, lambda: s.cwd == os.path.realpath(tmp_path))
         t.writes.clear()
         p.connection_lost(None)
         gate.set()
         await fs.store.stop_writer()
-        await asyncio.sleep(0.05)
+        assert await until_true(lambda: not os.path.exists(private)), "the old cwd stayed"
         assert t.writes == []                                     # nobody to answer
         assert s.cwd == os.path.realpath(tmp_path) and not os.path.exists(private)
     asyncio.run(go())
@@ -161,7 +173,7 @@ def test_a_flushed_ctl_write_gets_its_rwrite_then_rflush(gate):
         p.data_received(encode(Twalk(1, 0, 1, ("session", "s", "agent", "a", "ctl"))) +
                         encode(Topen(2, 1, OWRITE)) +
                         encode(Twrite(3, 1, 0, b"tool_load echo\n")) + encode(Tflush(4, 3)))
-        await asyncio.sleep(0.05)
+        await saving(gate, lambda: a.loaded == ["echo"])
         assert a.loaded == ["echo"]                               # made; being saved
         gate.set()
         r = await until(t, 4)

@@ -12,6 +12,8 @@ import tempfile
 
 import pytest
 
+from outside import OUTSIDE
+
 from toolsrv.cli.client import Client
 
 from apphelpers import AppThread, add_tool, tools_dir
@@ -317,7 +319,7 @@ class Served:
 
     def __init__(self, env: dict, *args: str) -> None:
         self.p = subprocess.Popen([sys.executable, "-m", "toolsrv", "serve", *args], env=env,
-                                  cwd=REPO, stderr=subprocess.PIPE, text=True)
+                                  cwd=OUTSIDE, stderr=subprocess.PIPE, text=True)
         self.banner = ""
         for line in self.p.stderr:
             self.banner += line

@@ -270,7 +270,7 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("-a", "--addr"), dict(action="append", default=[], help="listen on this dial string "
                             "(repeatable): unix!PATH or tcp!HOST!PORT")),
     (("--tools",), dict(help="tool search path, colon-separated (default: $OLLIE_TOOLS_PATH, "
-                        "else ~/.config/ollie/tools then the bundled data/tools)")),
+                        "else ~/.config/ollie/tools then the bundled toolsrv/data/tools)")),
     (("--state",), dict(metavar="DIR", help="state directory")),
     (("--no-state",), dict(action="store_true", help="keep no state on disk")),
     (("-D",), dict(dest="trace", action="store_true", help="print every 9P message")),

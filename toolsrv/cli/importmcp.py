@@ -120,7 +120,7 @@ async def list_tools(argv: list[str], timeout: float) -> tuple[dict[str, Any], l
         if isinstance(e, (TimeoutError, asyncio.TimeoutError)):
             why = f"no answer in {timeout:g}s"
         raise ImportError_(f"{shlex.join(argv)} is not an MCP server on stdio: {why}"
-                           f"{_stderr_tail(proc)}") from None
+                           f"{await _stderr_tail(proc)}") from None
     finally:
         if proc.returncode is None:
             proc.kill()
@@ -131,8 +131,15 @@ async def list_tools(argv: list[str], timeout: float) -> tuple[dict[str, Any], l
     return info, tools
 
 
-def _stderr_tail(proc: asyncio.subprocess.Process) -> str:
+async def _stderr_tail(proc: asyncio.subprocess.Process, grace: float = 1.0) -> str:
+    """The last line the server wrote to stderr: what it wrote until its stderr ended (it
+    exits as it fails, but on a busy machine its last words come after its stdout's), or
+    within `grace` seconds when it goes on running."""
     err = proc.stderr
+    end = asyncio.get_running_loop().time() + grace
+    while err is not None and not getattr(err, "_eof", True) and \
+            asyncio.get_running_loop().time() < end:
+        await asyncio.sleep(0.01)
     data = bytes(getattr(err, "_buffer", b""))[-300:] if err is not None else b""
     lines = [ln for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
     return f" (its stderr: {lines[-1].strip()})" if lines else ""

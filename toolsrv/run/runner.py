@@ -141,6 +141,7 @@ class Runner:
         self.scratch = _Scratch(self.config.tmp_base, self._uid)
         self._background: set[asyncio.Task[None]] = set()
         self._warm_broken: dict[str, tuple[float, str]] = {}  # kind -> (when, why)
+        self.warm_failures = 0  # warm starts that failed (each logged, its kind cold a while)
         self._warm_said: set[str] = set()  # fallback reasons logged once
         self._magic: dict[str, str] = {}  # kind -> the bytecode magic of its interpreter
         self._codes = ScriptCache()        # tools' own scripts, compiled (ownscript.py)
@@ -254,6 +255,7 @@ class Runner:
             if handle.warm_failed is None or warm is None or res.stdout or res.stderr:
                 break
             self._warm_broken[warm[0]] = (time.monotonic(), handle.warm_failed)
+            self.warm_failures += 1
             self._say(f"broken {warm[0]}", f"warm start of {warm[1]['python']} failed "
                       f"({handle.warm_failed}); its tools start cold for {WARM_RETRY:.0f} s")
             res, warm = RunResult(timeout_used=timeout), None  # the same call, cold
@@ -329,12 +331,18 @@ class Runner:
                  + (f" (largest {max(every) / 1024:.1f} MiB)" if every else "")
                  + (f", at most {budget / 2**20:.1f} MiB" if budget is not None else "")
                  + f" and {WARM_IDLE:g} s idle; {la.warm_started} made warm, "
-                 f"{la.warm_lost} found dead, {la.warm_shed} let go for memory"]
+                 f"{la.warm_lost} found dead, {la.warm_shed} let go for memory, "
+                 f"{self.warm_failures} failed"]
         for kind, kibs in sorted(rss.items()):
             python, boot, uid = ast.literal_eval(kind)[:3]
             lines.append(f"  {python} ({' '.join(f'{k}={v}' for k, v in boot) or 'no env'}"
                          f"{f', uid {uid}' if uid is not None else ''}): {len(kibs)} idle, "
                          f"{sum(kibs) / 1024:.1f} MiB RSS")
+        now = time.monotonic()
+        for kind, (when, why) in sorted(self._warm_broken.items()):
+            if now - when < WARM_RETRY:   # why its tools start cold, until it is tried again
+                lines.append(f"  {ast.literal_eval(kind)[0]}: warm start failed ({why}); cold "
+                             f"for {WARM_RETRY - (now - when):.0f} s more")
         return "\n".join(lines) + "\n"
 
     async def _refusal(self, req: RunRequest) -> str | None:

@@ -1,8 +1,8 @@
 # toolsrv/run/sandbox.py — sandbox profiles: YAML → validated Profile → per-call Policy.
 #
 # Theory of operation.  A profile is looked up by a plain name, first in the user's
-# ~/.config/ollie/sandbox/<name>.yaml, then in the shipped <repo>/sandbox/<name>.yaml, parsed
-# with yaml.safe_load and validated whole: an unknown key, a wrong type, an unknown
+# ~/.config/ollie/sandbox/<name>.yaml, then in the shipped toolsrv/data/sandbox/<name>.yaml
+# (package data, toolsrv/bundled.py), parsed with yaml.safe_load and validated whole: an unknown key, a wrong type, an unknown
 # {PLACEHOLDER}, a relative path or a bad port is a ProfileError naming it, and nothing is
 # half-loaded.  A Profile is immutable and still holds placeholders; Profile.resolve() fills
 # them for one call ({CWD}, {TMPDIR}, {TOOLS} differ per call) and yields a Policy, which the
@@ -21,6 +21,7 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
 
+from toolsrv import bundled
 from toolsrv.run import landlock
 from toolsrv.record import Frozen, setfield
 
@@ -278,8 +279,7 @@ def default_shipped_dir() -> Path:
     return Path(_SHIPPED)
 
 
-_SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.realpath(__file__)))), "sandbox")    # <checkout>/sandbox; this is toolsrv/run/
+_SHIPPED = bundled.PROFILES    # package data: toolsrv/data/sandbox (toolsrv/bundled.py)
 
 
 def load_profile(name: str, *, user_dir: Path | None = None,

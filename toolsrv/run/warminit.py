@@ -62,7 +62,11 @@ WARMED = ("json", "re", "stat", "errno", "collections", "base64", "shutil", "sub
 SOURCES = ("toolsrv.run.landlock", "toolsrv.run.fdpass", "toolsrv.run.reap", "toolsrv.run.rules",
            "toolsrv.run.seccomp", "toolsrv.run.confine", "toolsrv.run.warminit")
 # argv: -c BOOT <socket fd> <memfd> <WARMED, comma-separated>
-BOOT = """\
+# LOAD makes BOOT's modules from the memfd alone: their packages first (empty, so an import
+# of toolsrv or toolsrv.run never searches sys.path: the tools' interpreter cannot import
+# toolsrv, and must not find another), then each module, with __package__ set so its
+# relative imports resolve among them.  It needs nothing importable but the standard library.
+LOAD = """\
 import sys as _s
 _p = list(_s.path)
 for _m in _s.argv[3].split(","):
@@ -71,14 +75,28 @@ _k = set(_s.modules)
 import json as _j, os as _o
 with _o.fdopen(int(_s.argv[2]), "rb") as _f:
     _b = _j.loads(_f.read())
+for _n in ("toolsrv", "toolsrv.run"):
+    _m = _s.modules[_n] = type(_s)(_n)
+    _m.__path__, _m.__package__ = [], _n
 for _n, _f, _c in _b:
     _m = type(_s)(_n)
-    _m.__file__ = _f
+    _m.__file__, _m.__package__ = _f, _n.rpartition(".")[0]
     _s.modules[_n] = _m
     exec(compile(_c, _f, "exec"), _m.__dict__)
-for _n in ("toolsrv", "toolsrv.run"):
-    _s.modules.setdefault(_n, type(_s)(_n)).__path__ = []
-_r = _s.modules["toolsrv.run.warminit"].serve(int(_s.argv[1]), _k, _p)
+    setattr(_s.modules[_m.__package__], _n.rpartition(".")[2], _m)
+"""
+# A boot that fails (a module the interpreter lacks, a bundle it cannot load) reports
+# b"F<reason>", one line, as the cold init reports a step that failed, and ends: no
+# traceback reaches the server's stderr (the server logs the reason, /status shows it).
+BOOT = """\
+try:
+""" + "".join("    " + line + "\n" for line in LOAD.splitlines()) + """\
+    _r = _s.modules["toolsrv.run.warminit"].serve(int(_s.argv[1]), _k, _p)
+except BaseException as _e:
+    import os as _o, json as _j, sys as _s
+    _o.write(int(_s.argv[1]), b"F" + _j.dumps("warm boot: " + " ".join(
+        f"{type(_e).__name__}: {_e}".split())).encode())
+    _o._exit(1)
 del _s, _p, _m, _k, _j, _o, _f, _b, _n, _c
 try:
     exec(_r.code or compile(_r.source, _r.path, "exec", dont_inherit=True), _r.globals)

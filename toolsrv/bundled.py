@@ -1,0 +1,24 @@
+"""toolsrv/bundled.py — where the installed product finds what it reads at run time.
+
+Everything the server reads at run time and did not get from its user lives inside the
+package, as package data: the bundled tools (toolsrv/data/tools/: `.meta` files and the
+executables beside them) and the shipped sandbox profiles (toolsrv/data/sandbox/*.yaml).
+The wheel carries them (setup.cfg, [options.package_data]); they are found through the
+package, so an installed server started from any directory finds them, and nothing is
+ever looked up relative to the checkout or the working directory.
+
+The package directory is what `importlib.resources.files("toolsrv")` answers for a package
+on the file system (tests/test_deploy.py checks the two agree); it is computed here from
+the package's own module path because the server needs real paths (it execs the tools,
+names them in Landlock rules and watches them with inotify), because importing
+importlib.resources costs 30 ms of every launch on a loaded machine, and because a
+zipped install cannot serve tools at all.  `realpath` follows the editable install's link
+tree (build/__editable__.*/toolsrv/*.py are links to the checkout) back to the checkout,
+so `make run` serves the files as they are edited.
+"""
+import os
+
+PACKAGE = os.path.dirname(os.path.realpath(__file__))       # toolsrv/
+DATA = os.path.join(PACKAGE, "data")
+TOOLS = os.path.join(DATA, "tools")         # the bundled tools: the tools path's last entry
+PROFILES = os.path.join(DATA, "sandbox")    # the shipped profiles, after ~/.config/ollie/sandbox
