@@ -104,7 +104,8 @@ def test_a_validator_never_reads_a_file_ref(secret):
     tool = type("T", (), {"schema": schema_with(url)})()
     with pytest.raises(P9Error) as e:
         jsonargs.validate(tool, {"word": "hello"})
-    assert f"$ref to {url} is not resolved" in str(e.value) and text not in str(e.value)
+    # the reason may be shortened in its middle to fit a 9P error, the ref's URL never
+    assert f"$ref to {url} is not" in str(e.value) and text not in str(e.value)
     assert text not in getattr(str(e.value), "full", "")
 
 

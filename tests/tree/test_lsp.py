@@ -215,7 +215,7 @@ def test_bad_requests_are_clear_errors_and_the_server_stays(ag):
          "working directory"),
         (dict(tool="lsp_definition", path="notes.txt", line=1), "is not a python file"),
         (dict(tool="lsp_definition", path="pkg/a.py", line=99), "line: 99 is past the end"),
-        (dict(tool="lsp_definition", path="pkg/gone.py", line=1), "pkg/gone.py: No-such file"),
+        (dict(tool="lsp_definition", path="pkg/gone.py", line=1), "pkg/gone.py: No such file"),
         (dict(tool="lsp_definition", symbol="Nowhere.thing"), "no symbol Nowhere.thing"),
         (dict(tool="lsp_definition", symbol="area"), "area is ambiguous (2 matches)"),
         (dict(tool="lsp_hover"), "give path, line and column (1-based), or symbol"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..registry.metafile import HINTS
 from ..registry.names import NAME_MAX, valid_name
 from ..registry.resolve import Command, Tool
 
@@ -83,5 +84,12 @@ def make(prefix: str, tool: str, remote: Any, where: str, meta_text: bytes,
         resident=None, remote=remote, remote_name=tool, source=remote.source,
         meta_text=meta_text.decode("utf-8", "replace"),
         schema_text=schema_text.decode("utf-8", "replace"), prompt_text=prompt,
-        _meta={**meta, "name": name, "host": where})
+        _meta={**meta, "name": name, "host": where}, hints=_hints(meta))
     return t
+
+
+def _hints(meta: dict) -> dict[str, Any]:
+    """The MCP hints of the remote's meta (metafile.HINTS) that have their right types:
+    anything else is left out, never trusted."""
+    kinds = {"title": str, "destructive": bool, "idempotent": bool, "outputSchema": dict}
+    return {k: meta[k] for k in HINTS if isinstance(meta.get(k), kinds[k])}
