@@ -153,9 +153,7 @@ def test_a_command_after_the_idle_bash_died_runs_in_a_new_one_and_says_so(srv):
         bash = _live_bash_of(tool)
         assert len(bash) == 1
         os.kill(bash[0], signal.SIGKILL)
-        end = time.monotonic() + 15
-        while time.monotonic() < end and _live_bash_of(tool) == bash:
-            time.sleep(0.02)
+        assert wait_for(lambda: _live_bash_of(tool) != bash, 60)    # the kill has landed
         out = sh(c, a, "echo two > two.txt; echo \"two [$X]\"")
         assert out == ("two []\n[shell: the shell had ended while idle (status -9): a new one "
                        "was started and ran this command (cd, variables and functions are "
