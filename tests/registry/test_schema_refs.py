@@ -167,7 +167,7 @@ def test_a_served_meta_with_an_outside_ref_is_in_tools_errors(refs_served, secre
 # ------------------------------------------------------------------------ import-mcp
 
 def import_mcp(*argv: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolsrv", "import-mcp", *argv],
+    return subprocess.run([sys.executable, "-m", "toolsrv", "import-mcp", "--no-profile", *argv],
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, **env})
 
