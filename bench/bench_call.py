@@ -230,7 +230,7 @@ def warm_inits(pid: int) -> list[int]:
         if name.isdigit():
             try:
                 with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if b"toolsrv.run.warminit" in f.read():
+                    if b"toolsrv.run.init.warm" in f.read():
                         out.append(int(name))
             except OSError:
                 pass

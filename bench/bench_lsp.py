@@ -5,7 +5,7 @@ The project is the tests' (tests/lsphelpers.py), in the session's cwd.  toolsrv 
 bundled lsp_definition (pylsp behind the bridge, sandboxed: Landlock, uid, its own PID
 namespace, cgroup), called through the real server with client_9p's pipelined rdwr.  The
 baseline is pylsp started by this process, unconfined, spoken to over its stdio pipes
-with the same framing (toolsrv.run.lspproto), alternating call by call so host noise
+with the same framing (toolsrv.tree.resident.lspproto), alternating call by call so host noise
 hits both.
 
 Figures and their baselines, all measured in this run:
@@ -36,7 +36,7 @@ from .wire import Wire  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests"))
 from lsphelpers import PROJECT, PYLSP, write_project  # noqa: E402
-from toolsrv.run.lspproto import Deframer, frame, path_uri  # noqa: E402
+from toolsrv.tree.resident.lspproto import Deframer, frame, path_uri  # noqa: E402
 
 B = "lsp"
 ARGS = json.dumps({"path": "pkg/a.py", "line": 5, "column": 24}).encode()

@@ -11,7 +11,7 @@ from typing import Any
 from bench.common import FakeTransport as RecordingTransport  # noqa: F401 (keeps every write)
 from toolsrv.tree.fs import ToolsrvFS
 from toolsrv.serve.server import ServerConfig
-from toolsrv.tree.sessions import SessionStore
+from toolsrv.tree.state.sessions import SessionStore
 from toolsrv.serve.transport import NinePProtocol, listen
 from toolsrv.serve import dial
 

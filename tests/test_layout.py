@@ -18,11 +18,18 @@ the `mcp` SDK (checked below), so `serve` never loads it.
 toolsrv/__main__.py (the thin entry) and toolsrv/client.py (the client's old path) count
 as cli/.  A module also stays under about 600 lines, and a folder's __init__ (but the
 codec's, which is its public face) imports nothing (the zygote boots from run/ in a bare interpreter).
+
+Inside run/, run/init/ (the zygote and the inits) and run/kernel/ (the kernel bindings) run
+in a bare `python -I -S` after a fork, and a warm init loads them from a memfd into the
+tools' interpreter (run/init/warm.py, SOURCES): they import each other and the standard
+library only.  Every folder's __init__ names each of its modules and says what they may
+import.
 """
 from __future__ import annotations
 
 import ast
 import os
+import sys
 
 import pytest
 
@@ -164,3 +171,75 @@ def test_modules_stay_small(mod):
     with open(MODULES[mod]) as f:
         n = sum(1 for _ in f)
     assert n <= MAX_LINES, f"{mod}: {n} lines; cut it by concept (STYLE.md, habit 8)"
+
+
+BARE = ("toolsrv.run.init", "toolsrv.run.kernel")
+
+
+def bare_imports(mod: str, path: str) -> list[str]:
+    """What a module of run/init or run/kernel imports beyond them and the standard library."""
+    bad = []
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        for n in names:
+            top = n.split(".")[0]
+            if top == "toolsrv":
+                if not any(n == b or n.startswith(b + ".") for b in BARE):
+                    bad.append(f"{mod}:{node.lineno}: {n}")
+            elif top not in sys.stdlib_module_names and top != "__future__":
+                bad.append(f"{mod}:{node.lineno}: {n}")
+    bad += [f"{mod}:{line}: {t}" for line, t in imports(mod, path)
+            if not any(t == b or t.startswith(b + ".") for b in BARE)]
+    return sorted(set(bad))
+
+
+def test_inits_and_kernel_import_only_each_other_and_the_stdlib():
+    mods = [m for m in MODULES if any(m == b or m.startswith(b + ".") for b in BARE)]
+    assert "toolsrv.run.init.warm" in mods and "toolsrv.run.kernel.landlock" in mods
+    assert [b for m in sorted(mods) for b in bare_imports(m, MODULES[m])] == []
+
+
+def test_the_bare_check_sees_a_wrong_import(monkeypatch):
+    """The check itself: an init that imports the server's side, or a third-party
+    module, is caught."""
+    src = "import yaml\nfrom toolsrv.run.runner import Runner\nfrom . import wire\n"
+    real = ast.parse
+    path = MODULES["toolsrv.run.init.reap"]
+    monkeypatch.setattr(ast, "parse", lambda text, p=None, *a, **k:
+                        real(src if p == path else text, p, *a, **k))
+    assert bare_imports("toolsrv.run.init.reap", path) == [
+        "toolsrv.run.init.reap:1: yaml", "toolsrv.run.init.reap:2: toolsrv.run.runner"]
+
+
+def test_the_warm_bundle_is_the_bare_part():
+    """Every module the warm boot loads from its memfd is of run/init or run/kernel, and
+    each one it needs is in the bundle (the bundle has no import hook to find another)."""
+    from toolsrv.run.init import warm
+    assert all(any(n.startswith(b + ".") for b in BARE) for n in warm.SOURCES)
+    for name in warm.SOURCES:
+        needed = [t for _, t in imports(name, MODULES[name]) if t in MODULES
+                  and not MODULES[t].endswith("__init__.py")]
+        assert set(needed) <= set(warm.SOURCES), (name, needed)
+
+
+def folder_inits() -> list[str]:
+    return sorted(m for m, p in MODULES.items() if p.endswith("__init__.py"))
+
+
+@pytest.mark.parametrize("pkg", folder_inits())
+def test_every_init_names_its_modules(pkg):
+    """A folder's __init__ names each module and subfolder in it, and what they may import."""
+    path = MODULES[pkg]
+    folder = os.path.dirname(path)
+    text = open(path).read()
+    inside = [f[:-3] for f in os.listdir(folder) if f.endswith(".py") and f != "__init__.py"]
+    inside += [d for d in os.listdir(folder)
+               if os.path.isfile(os.path.join(folder, d, "__init__.py"))]
+    assert [m for m in sorted(inside) if m not in text] == [], f"{pkg}: name them in {path}"
+    assert "may import" in text.lower() or "imports" in text.lower(), \
+        f"{pkg}: say what its modules may import"

@@ -4,14 +4,19 @@ The package's folders are its parts (doc/architecture.md), and imports run one w
 the top of this list down, never up (tests/test_layout.py checks it):
 
     cli/       the `toolsrv` command: its verbs, the 9P client, mount, the banner
+               (__main__.py, its thin entry, and client.py, the client's old path)
+    mcp/       the MCP face, `toolsrv mcp`: an MCP server that is a client of the tree
     app.py     the wiring: one server process, from Options to listeners and shutdown
+    hosts/     imports of other hosts' trees, and the asyncio 9P client they share
     serve/     where a 9P request enters: sockets, dial strings, fids, tags, flush, auth,
                the one respond path
     tree/      the synthetic namespace, generated on demand: nodes, the root and sessions'
-               files, an agent's ctl and call files, the session store, scheduled calls
+               files, an agent's files; tree/calls/ a call from its args to its result,
+               tree/state/ the session store, tree/resident/ tools that stay running
     registry/  tools on disk: .meta files, variants, command resolution, watching
-    run/       one tool call run confined, bounded and killable: runner, launcher, zygote,
-               inits, sandbox profiles, Landlock, seccomp, cgroups, idmaps, elevation
+    run/       one tool call run confined, bounded and killable, by the server (runner,
+               launcher, sandbox profiles, elevation), run/init/ by the forked zygote and
+               inits, run/kernel/ the kernel bindings (Landlock, seccomp, cgroups, idmaps)
     dirs/      the directories the server keeps things in, proved ours and locked
     errors.py, record.py    the error strings, the record base classes: used by all
     bundled.py, data/       the package data read at run time: the bundled tools
@@ -22,6 +27,6 @@ run/ and registry/ stand side by side and import nothing of each other; proto/ (
 codec, installed as toolsrv.proto so no other project's `proto` clashes with it) imports
 nothing of the rest of toolsrv.  Every folder's __init__ is a comment and
 imports nothing, so importing one module of a part costs that module alone: the launcher's
-zygote (run/zygote.py) starts from a bare interpreter and must stay small.
+zygote (run/init/zygote.py) starts from a bare interpreter and must stay small.
 """
 __version__ = "0.1.0"

@@ -46,7 +46,7 @@ from .serve import dial
 from .serve.server import DEFAULT_MSIZE, ServerConfig
 from .serve.transport import Gate, NinePProtocol, Peer, listen
 from .tree.fs import ToolsrvFS
-from .tree.sessions import SessionStore
+from .tree.state.sessions import SessionStore
 
 log = logging.getLogger("toolsrv")
 
@@ -104,7 +104,7 @@ class Options(Record):
         self.max_queued = max_queued        # calls waiting for a run slot, server-wide
         self.max_args = max_args            # bytes of one call's JSON args
         self.warm = warm                    # Python tools start warm (doc/performance.md)
-        # all runs together, in the server's base cgroup (run/cgroups.py); None: half of
+        # all runs together, in the server's base cgroup (run/kernel/cgroups.py); None: half of
         # the memory the server may use (cgroups.default_total_memory)
         self.max_run_memory = max_run_memory
         self.max_run_pids = max_run_pids
@@ -114,7 +114,7 @@ class Options(Record):
         self.tls_key = tls_key
         self.tls_client_ca = tls_client_ca  # mutual TLS: clients show a cert it signed
         self.imports: list[str] = [] if imports is None else imports   # NAME=ADDR[,...]
-        # fair shares of max_runs (tree/slots.py); None: half of max_runs, half of that
+        # fair shares of max_runs (tree/calls/slots.py); None: half of max_runs, half of that
         self.max_runs_per_session = max_runs_per_session
         self.max_runs_per_agent = max_runs_per_agent
 
@@ -392,7 +392,7 @@ class App:
         """Each run's cgroup limits, and those of all runs together (doc/reliability.md):
         memory by default half of what the server may use; idle warm interpreters by
         default an eighth of that, at most 256 MiB."""
-        from .run.cgroups import default_total_memory
+        from .run.kernel.cgroups import default_total_memory
         from .run.runner import DEFAULT_RUN_LIMITS
         total = self.opts.max_run_memory or default_total_memory()
         warm = self.opts.max_warm_memory

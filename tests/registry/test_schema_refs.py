@@ -26,7 +26,7 @@ from shellhelpers import REPO, TOOLSRV, serving
 from toolsrv.errors import P9Error
 from toolsrv.registry.metafile import MetaError, parse_meta
 from toolsrv.registry.schemaref import REASON, outside_refs
-from toolsrv.tree import jsonargs
+from toolsrv.tree.calls import jsonargs
 
 HERE = Path(__file__).resolve().parents[1]
 HOSTILE = str(HERE / "tools" / "hostile_mcp.py")

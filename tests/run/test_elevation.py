@@ -19,7 +19,8 @@ from outside import OUTSIDE
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from sandbox_support import LANDLOCK, NO_LANDLOCK, Harness  # noqa: E402
 
-from toolsrv.run.elevation import Broker, decide_allowed, format_request, request_approval  # noqa: E402
+from toolsrv.cli.approve import Broker, decide_allowed, format_request  # noqa: E402
+from toolsrv.run.elevation import request_approval  # noqa: E402
 from toolsrv.errors import errno_for  # noqa: E402
 from toolsrv.run.runner import RunnerConfig  # noqa: E402
 
@@ -162,7 +163,7 @@ def test_decide_and_format() -> None:
 def test_approve_command_serves_the_allow_list(tmp_path: Path) -> None:
     path = tmp_path / "approve.sock"
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]);"
-                             "from toolsrv.run.elevation import approve_main;"
+                             "from toolsrv.cli.approve import approve_main;"
                              "sys.exit(approve_main(sys.argv[2:]))", str(REPO),
                              "--allow", "file_read", "other", "--socket", str(path)],
                             stderr=subprocess.PIPE, text=True)

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from toolsrv.run.lspproto import Client, Deframer, Doc, LSPError, frame
+from toolsrv.tree.resident.lspproto import Client, Deframer, Doc, LSPError, frame
 
 MSGS = [{"jsonrpc": "2.0", "id": 1, "result": {"a": "é" * 3}},
         {"jsonrpc": "2.0", "method": "textDocument/publishDiagnostics",
@@ -153,7 +153,7 @@ def test_the_servers_requests_are_answered_so_it_never_waits():
 def test_the_bridge_is_standard_library_only():
     """It runs as `python -I -c SOURCE` in the sandbox: no toolsrv import may creep in."""
     import ast
-    import toolsrv.run.lspbridge as bridge
+    import toolsrv.tree.resident.lspbridge as bridge
     tree = ast.parse(open(bridge.__file__).read())
     mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
             for a in n.names} | {n.module.split(".")[0] for n in ast.walk(tree)
@@ -168,7 +168,7 @@ def test_the_client_capabilities_are_lsp_as_lsprotocol_types_it():
     pytest.importorskip("lsprotocol", reason="lsprotocol is not installed (the lsp extra)")
     from lsprotocol import converters, types
 
-    from toolsrv.run.lspproto import CAPABILITIES
+    from toolsrv.tree.resident.lspproto import CAPABILITIES
     conv = converters.get_converter()
     caps = conv.structure(CAPABILITIES, types.ClientCapabilities)
     assert caps.text_document.document_symbol.hierarchical_document_symbol_support is True

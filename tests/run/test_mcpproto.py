@@ -1,4 +1,4 @@
-"""toolsrv's own MCP stdio client (run/mcpproto.py), fed whole conversations through a
+"""toolsrv's own MCP stdio client (tree/resident/mcp.py), fed whole conversations through a
 scripted pipe: the handshake, notifications and server requests met on the way, a
 response to an abandoned request, paging, and how a tools/call result maps to an outcome.
 And `toolsrv serve` never imports the `mcp` SDK."""
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from toolsrv.run.mcpproto import Client, MCPError, result_outcome
+from toolsrv.tree.resident.mcp import Client, MCPError, result_outcome
 
 
 class Scripted:
@@ -109,8 +109,8 @@ def test_result_outcome(result, outcome):
 
 
 def test_serve_never_imports_the_mcp_sdk():
-    code = ("import sys, toolsrv.app, toolsrv.tree.toolfile, toolsrv.tree.resident, "
-            "toolsrv.run.mcpproto, toolsrv.cli.command\n"
+    code = ("import sys, toolsrv.app, toolsrv.tree.toolfile, toolsrv.tree.resident.manager, "
+            "toolsrv.tree.resident.mcp, toolsrv.cli.command\n"
             "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout

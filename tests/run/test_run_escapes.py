@@ -159,7 +159,7 @@ def test_a_wedged_launcher_is_killed_and_replaced(monkeypatch: pytest.MonkeyPatc
     """Runs given to spare inits do not need the launcher; a run that waits on it (no spare
     left) fails with a clear reason when it stops answering, and the next call gets a new
     launcher."""
-    from toolsrv.run import zygote
+    from toolsrv.run.init import zygote
     monkeypatch.setattr(launcher, "PING_EVERY", 0.1)
     monkeypatch.setattr(launcher, "WEDGED_AFTER", 0.5)
     w = Harness()

@@ -149,7 +149,7 @@ def test_the_default_total_is_half_the_memory_and_documented():
     try:
         st = _cgroups_or_skip(srv)
         bases = _groups_of(srv.p.pid)
-        from toolsrv.run.cgroups import default_total_memory
+        from toolsrv.run.kernel.cgroups import default_total_memory
         want = default_total_memory()
         assert _limit(bases, "memory.limit_in_bytes", "memory.max") == want
         assert f"memory {want / 2**20:.1f} MiB" in st

@@ -102,7 +102,7 @@ def test_unreachable_cwd_is_an_error(h: Harness) -> None:
 
 
 def test_a_private_cwd_is_reached_where_root_can_map_it(h: Harness) -> None:
-    """A root server maps a 0700 cwd for its tools (toolsrv/run/idmap.py); an ordinary user's
+    """A root server maps a 0700 cwd for its tools (toolsrv/run/kernel/idmap.py); an ordinary user's
     tools run as that user, who owns it."""
     private = h.mkdir("private")
     private.chmod(0o700)

@@ -1,4 +1,4 @@
-"""The project's own Landlock binding (toolsrv/run/landlock.py), exercised in child processes:
+"""The project's own Landlock binding (toolsrv/run/kernel/landlock.py), exercised in child processes:
 ABI masks, file-only rights on file rules, missing paths, TCP ports, and the path cache
 following a file that is replaced under it."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from toolsrv.run import landlock
+from toolsrv.run.kernel import landlock
 
 REPO = Path(__file__).resolve().parents[2]
 ABI, WHY = landlock.abi_version()
@@ -25,7 +25,7 @@ def confined(script: str, rules: list[tuple[str, str]], **kw: object) -> dict:
     code = textwrap.dedent(f"""
         import json, os, socket, sys
         sys.path.insert(0, {str(REPO)!r})
-        from toolsrv.run import landlock
+        from toolsrv.run.kernel import landlock
         abi = landlock.abi_version()[0]
         cache = landlock.PathCache(limit={kw.pop("limit", 128)!r})
         rules = [(p, landlock.ACCESS[a]) for p, a in {rules!r}]
@@ -96,7 +96,7 @@ def test_cache_follows_a_replaced_file(tmp_path: Path) -> None:
     code = textwrap.dedent(f"""
         import json, os, sys, threading
         sys.path.insert(0, {str(REPO)!r})
-        from toolsrv.run import landlock
+        from toolsrv.run.kernel import landlock
         abi = landlock.abi_version()[0]
         cache = landlock.PathCache()
         rules = [({str(f)!r}, landlock.ACCESS["ro"]), ("/usr", landlock.ACCESS["rox"]),
@@ -139,7 +139,7 @@ def test_full_cache_still_builds(tmp_path: Path) -> None:
 CACHE_PRELUDE = """
 import ctypes, json, os, select, sys, threading
 sys.path.insert(0, REPO)
-from toolsrv.run import landlock
+from toolsrv.run.kernel import landlock
 abi = landlock.abi_version()[0]
 cache = landlock.PathCache()
 out = {}

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toolsrv.cli.sandbox_check import sandbox_check_main
 from toolsrv.run import sandbox
 from toolsrv.run.sandbox import (
     LandlockStatus,
@@ -153,15 +154,15 @@ def test_status_line() -> None:
 def test_sandbox_check_command(capsys: pytest.CaptureFixture[str], monkeypatch: Any,
                                tmp_path: Path) -> None:
     monkeypatch.setattr(sandbox, "default_user_dir", lambda: tmp_path)
-    code = sandbox.sandbox_check_main([])
+    code = sandbox_check_main([])
     out = capsys.readouterr().out
     assert out.splitlines()[0] == str(sandbox.landlock_status())
     assert "profile default:" in out and "rwx" in out and "verdict:" in out
     assert code == (0 if "verdict: enforced" in out or "degraded" in out else 1)
     (tmp_path / "bad.yaml").write_text("nope: 1\n")
-    assert sandbox.sandbox_check_main(["bad"]) == 2
+    assert sandbox_check_main(["bad"]) == 2
     assert "nope" in capsys.readouterr().err
-    assert sandbox.sandbox_check_main(["../etc"]) == 2
+    assert sandbox_check_main(["../etc"]) == 2
 
 
 _leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), st.floats(allow_nan=False),

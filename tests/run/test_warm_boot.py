@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolsrv.run import warminit
+from toolsrv.run.init import warm as warminit
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
@@ -58,13 +58,14 @@ def test_the_bundle_loads_with_nothing_importable(tmp_path: Path) -> None:
         "import sys\n"
         "mods = [n for n in sys.modules if n.startswith('toolsrv')]\n"
         "print(sorted(mods))\n"
-        "print(callable(sys.modules['toolsrv.run.warminit'].serve))\n"
-        "print(sys.modules['toolsrv.run.rules'].landlock is sys.modules['toolsrv.run.landlock'])\n")
+        "print(callable(sys.modules['toolsrv.run.init.warm'].serve))\n"
+        "print(sys.modules['toolsrv.run.kernel.rules'].landlock is sys.modules['toolsrv.run.kernel.landlock'])\n")
     bundle = json.loads(warminit.bundle())
     p, _ = boot(probe, bundle, decoy(tmp_path))
     assert p.returncode == 0 and p.stderr == "", p.stderr
     names, serve, same = p.stdout.splitlines()
-    assert eval(names) == sorted(["toolsrv", "toolsrv.run", *warminit.SOURCES])
+    assert eval(names) == sorted(["toolsrv", "toolsrv.run", "toolsrv.run.init", "toolsrv.run.kernel",
+                                  *warminit.SOURCES])
     assert serve == "True" and same == "True"
 
 
@@ -80,7 +81,7 @@ def test_relative_imports_resolve_within_the_bundle(tmp_path: Path) -> None:
 
 
 def test_a_failed_boot_is_one_line_on_its_socket_and_nothing_on_stderr(tmp_path: Path) -> None:
-    bundle = [["toolsrv.run.landlock", "/nonexistent/landlock.py",
+    bundle = [["toolsrv.run.kernel.landlock", "/nonexistent/landlock.py",
                "import toolsrv_no_such_module\n"]]
     p, said = boot(warminit.BOOT, bundle, decoy(tmp_path))
     assert p.returncode == 1

@@ -18,7 +18,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from sandbox_support import LANDLOCK, NO_LANDLOCK, Harness, default_dict, profile_from  # noqa: E402
 
-from toolsrv.run import launcher, zygote  # noqa: E402
+from toolsrv.run import launcher  # noqa: E402
+
+from toolsrv.run.init import zygote  # noqa: E402
 
 pytestmark = pytest.mark.skipif(LANDLOCK.abi < 1, reason=NO_LANDLOCK)
 

@@ -41,7 +41,7 @@ class Gate(threading.Event):
 
 @pytest.fixture
 def gate(monkeypatch):
-    import toolsrv.tree.sessions as S
+    import toolsrv.tree.state.sessions as S
     real, g = S._write_file, Gate()
 
     def write(state_dir: Any, path: str, data: bytes) -> Any:

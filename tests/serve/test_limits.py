@@ -281,7 +281,7 @@ def test_every_limit_is_a_serve_flag():
 
 
 def test_agent_log_is_bounded_in_bytes_and_keeps_whole_newest_lines(app_with):
-    from toolsrv.tree import sessions
+    from toolsrv.tree.state import sessions
     app = app_with()
     with Client.connect(app.addr) as c:
         c.mkdir("session/a")

@@ -76,7 +76,7 @@ class Harness:
     """One loop, one Runner, one scratch tree; see the module docstring."""
 
     def __init__(self, config: RunnerConfig | None = None, warm: bool = False) -> None:
-        self.warm = warm  # Python tools start warm (toolsrv/run/warminit.py), and must
+        self.warm = warm  # Python tools start warm (toolsrv/run/init/warm.py), and must
         self.loop = asyncio.new_event_loop()
         self.base = Path(tempfile.mkdtemp(prefix="toolsrv-test-", dir="/tmp"))
         self.base.chmod(0o755)

@@ -22,7 +22,7 @@ import pytest
 
 from toolsrv.cli.client import Client, ClientError
 from toolsrv.errors import P9Error
-from toolsrv.tree.sessions import SessionStore
+from toolsrv.tree.state.sessions import SessionStore
 
 from apphelpers import AppThread
 from serverhelpers import stop_clean, wait_for
@@ -34,7 +34,7 @@ FULL = "input/output error: state not saved: No space left on device"
 
 def _disk_full_from(monkeypatch, when: list[bool]) -> None:
     """The state file's write finds the disk full while when[0] is true."""
-    import toolsrv.tree.sessions as S
+    import toolsrv.tree.state.sessions as S
     real = S._write_file
 
     def write(state_dir, path, data):

@@ -121,7 +121,7 @@ def servers(cwd: str) -> dict[str, list[int]]:
             here = os.readlink(f"/proc/{pid}/cwd")
         except OSError:
             continue
-        if here == cwd and b"toolsrv/run/lspbridge.py" in b"\0".join(argv):
+        if here == cwd and b"toolsrv/tree/resident/lspbridge.py" in b"\0".join(argv):
             out["bridge"].append(int(pid))
         elif here == cwd and PYLSP.encode() in argv:
             out["server"].append(int(pid))

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from toolsrv.tree.slots import FairSlots, default_caps
+from toolsrv.tree.calls.slots import FairSlots, default_caps
 
 
 def test_default_caps_are_half_and_half_again():

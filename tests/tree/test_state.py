@@ -118,7 +118,7 @@ def test_private_directory_of_an_earlier_server_with_our_pid_is_not_reused(tmp_p
     """Session directories are <name>.<pid>.<serial>: a server that had our pid before
     (as root, pids are reused) may have left some behind; creation takes the next name."""
     import itertools
-    from toolsrv.tree import sessions
+    from toolsrv.tree.state import sessions
     monkeypatch.setattr(sessions, "_serials", itertools.count(1))
     work = tmp_path / "work"
     work.mkdir()
@@ -137,7 +137,7 @@ def test_saved_file_is_always_the_whole_state(tmp_path, monkeypatch):
     what a full encoding of the state would, and a new store restores the same state."""
     import random
 
-    from toolsrv.tree.sessions import SessionStore
+    from toolsrv.tree.state.sessions import SessionStore
 
     def full(store):
         return json.loads(json.dumps(store.snapshot()))
@@ -195,7 +195,7 @@ def test_saved_file_is_always_the_whole_state(tmp_path, monkeypatch):
 
 
 def test_a_cwd_with_undecodable_bytes_is_saved_and_restored(tmp_path):
-    from toolsrv.tree.sessions import SessionStore
+    from toolsrv.tree.state.sessions import SessionStore
     odd = os.path.join(os.fsencode(tmp_path), b"caf\xe9")     # Latin-1, not UTF-8
     os.mkdir(odd)
     st = SessionStore(str(tmp_path / "state"), str(tmp_path / "work"))
@@ -211,7 +211,7 @@ def _slow_writes(monkeypatch, fail_from: int | None = None, fail_to: int = 1 << 
     recorded; writes number `fail_from` to `fail_to` find the disk full."""
     import time
 
-    import toolsrv.tree.sessions as S
+    import toolsrv.tree.state.sessions as S
     real, writes = S._write_file, []
 
     def write(state_dir, path, data):
@@ -228,7 +228,7 @@ def test_changes_made_during_a_write_share_the_next_one_and_the_loop_runs_on(tmp
                                                                              monkeypatch):
     import asyncio
 
-    from toolsrv.tree.sessions import SessionStore
+    from toolsrv.tree.state.sessions import SessionStore
     writes = _slow_writes(monkeypatch)
     path = tmp_path / "state" / "state.json"
 
@@ -263,7 +263,7 @@ def test_a_failed_grouped_write_undoes_every_creation_in_it(tmp_path, monkeypatc
     import asyncio
 
     from toolsrv.errors import P9Error
-    from toolsrv.tree.sessions import SessionStore
+    from toolsrv.tree.state.sessions import SessionStore
     _slow_writes(monkeypatch, fail_from=2)
     path = tmp_path / "state" / "state.json"
 
@@ -290,7 +290,7 @@ def test_a_change_undone_after_a_failed_write_never_reaches_the_next_one(tmp_pat
     import asyncio
 
     from toolsrv.errors import P9Error
-    from toolsrv.tree.sessions import SessionStore
+    from toolsrv.tree.state.sessions import SessionStore
     writes = _slow_writes(monkeypatch, fail_from=2, fail_to=2)
 
     async def go():

@@ -199,7 +199,7 @@ def parse(argv: list[str]) -> Any:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["approve"]:          # its own options: --allow TOOL..., -h
-        from ..run.elevation import approve_main
+        from .approve import approve_main
         return approve_main(argv[1:])
     if argv[:1] == ["import-mcp"]:       # its own options, then -- COMMAND [ARGS...]
         from .importmcp import main as import_main
@@ -209,10 +209,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "serve":
             return serve(args)
         if args.verb == "sandbox":
-            from ..run.sandbox import sandbox_check_main
+            from .sandbox_check import sandbox_check_main
             return sandbox_check_main([args.profile])
         if args.verb == "approve":
-            from ..run.elevation import approve_main
+            from .approve import approve_main
             return approve_main(args.rest)
         if args.verb in ("mount", "umount"):
             from .mount import mount_main

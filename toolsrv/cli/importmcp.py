@@ -3,7 +3,7 @@ of an MCP server as a resident toolsrv tool, one .meta each (issue 17).
 
 Theory of operation.  The command is started as a plain child process (not sandboxed: it is
 the user's own command, run once to ask it what it offers), spoken to with toolsrv's own
-MCP client (run/mcpproto.py: initialize, then tools/list; the `mcp` SDK is not needed),
+MCP client (tree/resident/mcp.py: initialize, then tools/list; the `mcp` SDK is not needed),
 and stopped.  Each tool becomes a .meta with its description, a prompt made from the
 description and the schema, `args` = its inputSchema, `readOnly` = its readOnlyHint,
 `title`, `destructive`, `idempotent` and `outputSchema` = its own (doc/tools.md),
@@ -39,7 +39,7 @@ from typing import Any
 from ..registry.metafile import MetaError, check_schema
 from ..registry.schemaref import REASON, outside_refs
 from ..registry.names import NAME_MAX, valid_name
-from ..run.mcpproto import Client, MCPError
+from ..tree.resident.mcp import Client, MCPError
 
 DEFAULT_TIMEOUT = 30.0
 TOOL_PATH = "/usr/local/bin:/usr/bin:/bin"   # a run's PATH unless its profile says otherwise

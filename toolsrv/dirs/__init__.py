@@ -6,6 +6,6 @@
 # statedir.py chooses the state directory (named for the first listen address, given
 # as a dial string) and holds its lock, so one server runs per state directory.
 #
-# At the bottom with errors and record: used by run/, tree/, serve/ and app; imports
+# At the bottom with errors and record: used by run/, tree/, serve/ and app; may import
 # nothing of toolsrv but errors and record.
 # Imports nothing here, so that importing one module costs that module alone.

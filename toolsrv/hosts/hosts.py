@@ -26,7 +26,7 @@ import socket
 from typing import Any
 
 from ..errors import P9Error
-from ..tree.jsonargs import fit
+from ..tree.calls.jsonargs import fit
 from .ctlfile import STATE_FILE
 from .imports import Import, Spec
 

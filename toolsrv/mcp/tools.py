@@ -171,8 +171,8 @@ def call_result(out: bytes, tool: Tool | None = None) -> dict[str, Any]:
 
 def misfit(schema: dict[str, Any], value: Any) -> str:
     """Why `value` does not fit `schema` ("" when it does), with the validator the
-    server builds for args (tree/jsonargs.py: it resolves no $ref outside the schema)."""
-    from ..tree.jsonargs import error_path, validator
+    server builds for args (tree/calls/jsonargs.py: it resolves no $ref outside the schema)."""
+    from ..tree.calls.jsonargs import error_path, validator
     v = validator(schema)
     if v.is_valid(value):
         return ""

@@ -2,7 +2,15 @@
 
 Bytes in, immutable message objects out, and back.  Nothing here touches
 sockets, asyncio or logging; the server and the client each wrap it in their
-own I/O.  Malformed input raises ProtocolError and nothing else.
+own I/O.  Two kinds of bad input (codec.py): what breaks the framing raises
+ProtocolError, the codec's one exception (errors.py); a sound frame whose content
+breaks intro(5) decodes to a `Malformed` (messages.py), which the server answers
+with Rerror.
+
+const.py the constants; messages.py one class per message; codec.py the codec;
+framing.py a byte stream into whole messages; fmt.py their one-line text form,
+imported on first use.  Imports nothing outside proto/, and nothing of the rest of
+toolsrv imports into it (tests/test_layout.py).
 """
 from .const import *  # noqa: F401,F403
 from .errors import ProtocolError

@@ -5,7 +5,9 @@
 # (index, a tool's files, why one is missing); metafile.py parses and checks one .meta,
 # variants.py picks its variant for this host, resolve.py resolves the command; watch.py
 # sees changes (inotify, else polling); names.py holds the name rule that tools,
-# sessions and agents share.
+# sessions and agents share; schemaref.py a schema's refs (nothing fetched);
+# warmstart.py which calls start warm; search.py, fusion.py and semantic.py discovery
+# (BM25, the semantic ranker's model, their fusion).
 #
 # May import: dirs/, errors, record.  Never tree/, serve/, app or cli/, nor run/ (run/
 # and registry/ stand side by side).

@@ -17,7 +17,7 @@
 # The interpreter is keyed by that path, not by the binary behind it: a virtualenv's
 # python is a symlink to the system's but has its own prefix, so it gets its own warm
 # interpreters.  The tree plans each call (its PATH and cwd are known then) and the runner
-# starts it (toolsrv/run/runner.py, toolsrv/run/warminit.py); describe() is what
+# starts it (toolsrv/run/runner.py, toolsrv/run/init/warm.py); describe() is what
 # tools/<tool>/meta says of it.
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class Plan:
         self.orig_argv = [argv0, *args]
 
     def message(self) -> dict:
-        """The part of the spawn request a warm init reads (toolsrv/run/warminit.py)."""
+        """The part of the spawn request a warm init reads (toolsrv/run/init/warm.py)."""
         return {"script": self.script, "argv": self.argv, "orig_argv": self.orig_argv}
 
 

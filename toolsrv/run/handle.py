@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 class _Spare:
     """An init waiting for a run: its socket and a pidfd on it; `kind` is the warm key of
-    a warm init (toolsrv/run/warminit.py), None for a cold one."""
+    a warm init (toolsrv/run/init/warm.py), None for a cold one."""
 
     __slots__ = ("sock", "pidfd", "known", "kind", "rss")
 

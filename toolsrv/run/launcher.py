@@ -1,10 +1,10 @@
-# toolsrv/run/launcher.py — the server's side of the zygote (toolsrv/run/zygote.py) and its inits.
+# toolsrv/run/launcher.py — the server's side of the zygote (toolsrv/run/init/zygote.py) and its inits.
 #
 # Theory of operation.  Launcher starts the zygote with subprocess.Popen (vfork + exec of
 # `python -I -S`: flat cost whatever the server's size, and no preexec_fn), keeps one end of a
 # SOCK_SEQPACKET socketpair, and watches it from the event loop with add_reader; a pidfd on the
 # zygote tells when it is gone so it can be reaped.  The zygote forks inits ahead (each pid 1
-# of a PID namespace of its own, toolsrv/run/runinit.py) and hands each to us as a spare: the
+# of a PID namespace of its own, toolsrv/run/init/cold.py) and hands each to us as a spare: the
 # init's socket and a pidfd on it ({"op": "spare"} with SCM_RIGHTS).
 #
 # spawn() is synchronous.  It creates the three pipes and gives the request (its Landlock
@@ -47,13 +47,12 @@ import socket
 import subprocess
 import sys
 
-from toolsrv.run.cgroups import RunGroups
-from toolsrv.run.fdpass import recv_into
+from toolsrv.run.kernel.cgroups import RunGroups
+from toolsrv.run.init.wire import MAX_PACKET, recv_into
 from toolsrv.run.handle import LaunchHandle, _Spare
 
 log = logging.getLogger("toolsrv.warm")
 
-MAX_PACKET = 1 << 20
 PING_EVERY = 2.0  # seconds between pings while runs wait on the zygote
 WEDGED_AFTER = 10.0  # seconds without a pong: the launcher is wedged
 MAX_FDS = 4  # an init's socket and pidfd; the zygote's own reply fds
@@ -66,7 +65,7 @@ WARM_IDLE = 60.0  # seconds without a call of its kind: a kind's warm inits are 
 CLOSE_GROUPS = 10.0  # seconds close() waits for the run groups to empty and go
 # the checkout that holds the toolsrv package: toolsrv/run/launcher.py, three levels down
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
-_BOOT = "import sys; sys.path.insert(0, sys.argv[4]); from toolsrv.run.zygote import main; " \
+_BOOT = "import sys; sys.path.insert(0, sys.argv[4]); from toolsrv.run.init.zygote import main; " \
         "main(sys.argv[1:4])"
 
 
@@ -201,7 +200,7 @@ class Launcher:
 
     def _warm_request(self, msg: dict, known: set[int], blob: bytes | None
                       ) -> tuple[bytes, int | None]:
-        """The request as a warm init gets it (toolsrv/run/warminit.py): what the init
+        """The request as a warm init gets it (toolsrv/run/init/warm.py): what the init
         reads — the profile's part of the Landlock rules, fixed paths by reference — then a
         newline and the call's own request, then the script's source and bytecode, which
         only the call's child reads."""

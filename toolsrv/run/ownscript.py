@@ -2,7 +2,7 @@
 # server, and only when no tool can change it (issue 25).
 #
 # Theory of operation.  A warm call's child reads its script itself, under its own uid and
-# Landlock ruleset, and compiles it (run/warminit.py): 150 lines cost it 4 ms a call.  The
+# Landlock ruleset, and compiles it (run/init/warm.py): 150 lines cost it 4 ms a call.  The
 # server may save that work for one kind of script only: a tool's own executable, beside
 # its .meta in a tools directory, which is the operator's configuration (the registry
 # reads the .meta there already).  `ScriptCache.compiled` reads and compiles such a script,
@@ -16,7 +16,7 @@
 #     MAX_COMPILED bytes.
 # A `python3 job.py` in the session's cwd is never looked at here: the server does not open,
 # stat or follow a path a tool can change.  The child uses the bytecode only if the file
-# it read itself holds the very source compiled (run/warminit.py), so a stale or racing
+# it read itself holds the very source compiled (run/init/warm.py), so a stale or racing
 # entry costs a compile, never a wrong run.
 from __future__ import annotations
 

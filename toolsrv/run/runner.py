@@ -3,7 +3,7 @@
 # Theory of operation.  Runner.run() checks the call may run (Landlock present, or the
 # profile is best_effort; an elevated call needs the broker's yes), takes a fresh private
 # directory from _Scratch, resolves the profile for this call, and hands a spawn request to
-# the zygote through the Launcher (toolsrv/run/launcher.py, toolsrv/run/zygote.py: a small process
+# the zygote through the Launcher (toolsrv/run/launcher.py, toolsrv/run/init/zygote.py: a small process
 # started by Runner.start(); the server itself never forks).  The server keeps its ends of
 # the three pipes and pumps them from the event loop: stdin written without blocking, stdout
 # and stderr read in 64 KiB chunks into buffers capped per stream.  One deadline covers the
@@ -27,22 +27,21 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from toolsrv.run import landlock
+from toolsrv.run.kernel import landlock
 from toolsrv.run.elevation import request_approval
-from toolsrv.run.idmap import Planner
+from toolsrv.run.kernel.idmap import Planner
 from toolsrv.run.launcher import WARM_IDLE, Launcher, LauncherDied, LaunchHandle
-from toolsrv.run.ownscript import MAGIC, ScriptCache
+from toolsrv.run.ownscript import ScriptCache
 from toolsrv.run.pumps import Collector, Feeder
 from toolsrv.record import Record
 from toolsrv.run.scratch import _Scratch
+from toolsrv.run.warmplan import WARM_RETRY, warm_request
 from toolsrv.run.sandbox import Policy, Profile, landlock_status, missing_parts, placeholder_values
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 DEFAULT_RLIMITS = {"as": 8 << 30, "fsize": 1 << 30, "nofile": 4096, "core": 0, "nproc": 4096}
 DEFAULT_RUN_LIMITS = {"pids": 1024, "memory": 4 << 30}
 DRAIN_GRACE = 2.0  # seconds to reach EOF on the pipes after the run has ended or been killed
-STARTUP_ENV = ("LC_ALL", "LC_CTYPE", "LANG", "TZ")  # and PYTHON*: read by Python as it starts
-WARM_RETRY = 60.0  # seconds before an interpreter that failed to warm up is tried again
 log = logging.getLogger("toolsrv.warm")
 
 
@@ -72,9 +71,9 @@ class RunnerConfig(Record):
         self.namespaces = namespaces    # PID/network namespaces where the kernel allows;
                                         # False: process groups
         # A cgroup per run where one may be made: {"pids": N, "memory": bytes} bound the
-        # run as a whole ({"cgroups": False}: none); see toolsrv/run/cgroups.py.
+        # run as a whole ({"cgroups": False}: none); see toolsrv/run/kernel/cgroups.py.
         self.run_limits = dict(DEFAULT_RUN_LIMITS) if run_limits is None else run_limits
-        self.warm = warm                # Python scripts start warm (toolsrv/run/warminit.py)
+        self.warm = warm                # Python scripts start warm (toolsrv/run/init/warm.py)
 
 
 class RunRequest(Record):
@@ -120,7 +119,7 @@ class RunResult(Record):
         self.duration = duration        # seconds from launch (after any approval) to the end
         self.error = error
         self.timeout_used = timeout_used
-        self.warm = warm                # it ran in a warm interpreter (toolsrv/run/warminit.py)
+        self.warm = warm                # it ran in a warm interpreter (toolsrv/run/init/warm.py)
 
 
 class Runner:
@@ -134,7 +133,7 @@ class Runner:
                 raise ValueError(f"rlimits: unknown limit {name!r}")
         self.status = landlock_status()
         self._uid = self._resolve_uid()
-        # A root server maps the grants its tools' uid cannot reach (toolsrv/run/idmap.py).
+        # A root server maps the grants its tools' uid cannot reach (toolsrv/run/kernel/idmap.py).
         self.planner = Planner(*self._uid) if self._uid else None
         self.launcher = Launcher(self._launcher_limits(), self.config.namespaces,
                                  limits=self.config.run_limits, idmap=self._uid)
@@ -276,32 +275,7 @@ class Runner:
             if why is not None:
                 self._say(f"{req.argv[0]}: {why}", f"{req.argv[0]} starts cold: {why}")
             return None
-        boot = {k: v for k, v in msg["env"].items()
-                if k.startswith("PYTHON") or k in STARTUP_ENV}
-        # a root server's grants that need idmapped mounts are mounted for the warm init
-        # once (toolsrv/run/runinit.py): its kind is that plan too
-        kind = repr((plan.python, sorted(boot.items()), msg["uid"], msg["netns"],
-                     msg.get("mounts")))
-        broken = self._warm_broken.get(kind)
-        if broken is not None:
-            if time.monotonic() - broken[0] < WARM_RETRY:
-                return None
-            del self._warm_broken[kind]
-        boot["HOME"] = "/nonexistent"  # the call's $HOME is set in the child (its user site)
-        if "PATH" in msg["env"]:
-            boot["PATH"] = msg["env"]["PATH"]
-        msg["warm"] = plan.message()
-        # the child reads its script itself; only a tool's own executable, which no tool can
-        # change, is also compiled here, once per change (run/ownscript.py, issue 25)
-        blob = None
-        if self._magic.get(kind) == MAGIC and "PYTHONOPTIMIZE" not in boot:
-            writable = [p for p, a in policy.paths if a in ("rw", "rwx")]
-            blob = self._codes.compiled(plan.script, req.tool_dir, writable)
-        if blob is not None:
-            msg["warm"]["code"] = [blob[1], len(blob[0]) - blob[1]]
-        return kind, {"op": "warm", "python": plan.python, "argv0": plan.argv0, "env": boot,
-                      "uid": msg["uid"], "gid": msg["gid"], "netns": msg["netns"],
-                      "mounts": msg.get("mounts")}, blob[0] if blob else None
+        return warm_request(plan, req, msg, policy, self._warm_broken, self._magic, self._codes)
 
     def _say(self, key: str, text: str) -> None:
         """Log a warm-start fallback once."""
@@ -459,7 +433,7 @@ class Runner:
         task.add_done_callback(self._background.discard)
 
     async def open_resident(self, req: RunRequest) -> tuple[LaunchHandle | None, str | None]:
-        """Start a resident run (toolsrv/run/resident.py): launched as run() launches, its
+        """Start a resident run (toolsrv/tree/resident/process.py): launched as run() launches, its
         pipes left to the caller, no deadline and no CPU limit but the server-wide one
         (its calls have timeouts); (the handle, None) or (None, the refusal)."""
         await self.launcher.ensure()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from toolsrv import bundled
-from toolsrv.run import landlock
+from toolsrv.run.kernel import landlock
 from toolsrv.record import Frozen, setfield
 
 if TYPE_CHECKING:
@@ -365,49 +365,3 @@ def missing_parts(policy: Policy | Profile, status: LandlockStatus, netns: bool)
     if policy.network == "none" and not (status.tcp or netns):
         return [f"no-network needs landlock abi 4 or a network namespace (abi {status.abi})"]
     return []
-
-
-def sandbox_check_main(argv: list[str]) -> int:
-    """`toolsrv sandbox check [PROFILE]`: print the ABI, the resolved profile, the verdict.
-
-    Exit status: 0 enforceable (or best-effort), 1 refused here, 2 profile error."""
-    name = argv[0] if argv and argv[0] else "default"
-    status = landlock_status()
-    print(status)
-    try:
-        profile = load_profile(name)
-    except ProfileError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"profile {profile.name}: {profile.source}")
-    values = placeholder_values(os.getcwd(), "<per-call tmp>", "<tool dir>")
-    policy = profile.resolve(values)
-    for path, access in policy.paths:
-        exists = "<" in path or os.path.exists(path)
-        print(f"  {access:<4} {path}{'' if exists else '  (missing: skipped)'}")
-    for raw in policy.skipped:
-        print(f"  skip {raw}  (placeholder unset)")
-    netns = os.geteuid() == 0
-    print(f"  network: {policy.network}"
-          + (f" bind {list(policy.bind_tcp)} connect {list(policy.connect_tcp)}"
-             if policy.network == "tcp" else "")
-          + (" (udp/raw blocked by an empty network namespace)" if policy.network == "none"
-             and netns else ""))
-    print("  env: " + " ".join(profile.env))
-    from toolsrv.run.cgroups import RunGroups
-    groups = RunGroups.setup()
-    print(f"  per-run cgroup: {groups.kind if groups.bases else 'none (' + groups.why + ')'}"
-          + ("" if groups.bases else "; RLIMIT_NPROC, counted per uid, is the only process "
-             "bound"))
-    groups.close()
-    from toolsrv.run.seccomp import program
-    print(f"  no ptrace in a run (seccomp): {'yes' if program() else 'no (unknown arch)'}")
-    missing = missing_parts(policy, status, netns)
-    if not missing:
-        print("verdict: enforced")
-        return 0
-    if policy.best_effort:
-        print(f"verdict: degraded (best_effort): {'; '.join(missing)}")
-        return 0
-    print(f"verdict: refused: sandbox: landlock unavailable: {'; '.join(missing)}")
-    return 1

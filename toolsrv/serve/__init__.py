@@ -5,7 +5,8 @@
 # write per batch of replies.  server.py is the 9P core: Conn.receive is the single entry
 # point, every precondition is checked there or at the top of a handler (fid.py keeps the
 # fids), a request waiting for a node runs as a task keyed by its tag so Tflush cancels
-# it, and Conn._respond is the one respond path.  auth.py is Tauth's shared secret.
+# it, and Conn._respond is the one respond path.  auth.py is Tauth's shared secret;
+# tls.py the TLS contexts and the peer's identity for tls! listeners.
 #
 # May import: proto, tree/, registry/, run/, dirs/, errors, record.  Never cli/ or app.
 # Imports nothing here, so that importing one module costs that module alone.

@@ -24,7 +24,7 @@ from toolsrv.proto import DMDIR, DMTMP
 
 from .. import errors as E
 from ..errors import P9Error
-from .sessions import Agent, Session, SessionStore
+from .state.sessions import Agent, Session, SessionStore
 from .node import (Committed, Dir_, FixedDir, Node, Qids, TextFile, answer_read, answered,
                    changes, snapshot_read)
 

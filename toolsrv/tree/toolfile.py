@@ -24,12 +24,12 @@ from __future__ import annotations
 import json
 from typing import Any, NoReturn
 
-from . import ctl
-from .calls import Call, Scheduler, invalid_call
+from .calls import ctl
+from .calls.scheduler import Call, Scheduler, invalid_call
 from ..errors import P9Error
 from .fs import AgentDir, after_save, json_text
-from .jsonargs import fit, json_state, take_elevated, validate
-from .sessions import Agent
+from .calls.jsonargs import fit, json_state, take_elevated, validate
+from .state.sessions import Agent
 from .node import (Dir_, FixedDir, Node, Pending, TextFile, answer_read, answered,
                    changes, snapshot_read)
 

@@ -1,4 +1,4 @@
-# toolsrv/run/lspedit.py — lsp_rename (a workspace edit applied within the cwd), lsp_calls
+# toolsrv/tree/resident/lspedit.py — lsp_rename (a workspace edit applied within the cwd), lsp_calls
 # (the call hierarchy), and `run`, the one entry an lsp_* call goes through.
 #
 # Theory of operation.  Rename asks textDocument/rename for a WorkspaceEdit (`changes` or
@@ -16,7 +16,7 @@ from typing import Any
 from . import lspops
 from .lspops import Ctx, ToolError
 from .lspproto import Doc, LSPError, ResponseError, uri_path
-from .resident import Ended, Reply, answer
+from .process import Ended, Reply, answer
 
 
 def _offset(doc: Doc, pos: dict[str, Any]) -> int:

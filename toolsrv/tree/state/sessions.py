@@ -51,12 +51,12 @@ import os
 import time
 from typing import Any, Awaitable, Callable, TypeVar
 
-from .. import errors as E
-from ..dirs import trusted
-from ..errors import P9Error
-from .jsonargs import fit
-from ..registry.names import valid_name
-from ..record import Plain
+from ... import errors as E
+from ...dirs import trusted
+from ...errors import P9Error
+from ..calls.jsonargs import fit
+from ...registry.names import valid_name
+from ...record import Plain
 
 log = logging.getLogger("toolsrv.sessions")
 

@@ -1,10 +1,10 @@
-# toolsrv/run/zygote.py — the pre-started, small launcher of tool processes.
+# toolsrv/run/init/zygote.py — the pre-started, small launcher of tool processes.
 #
 # Theory of operation.  The server starts this once as a fresh `python -I -S` process (about
 # 10 MiB) and talks to it over a SOCK_SEQPACKET socketpair: one JSON object per packet, fds
 # as SCM_RIGHTS.  The server never forks; this process forks inits, and nothing else: each
 # init is pid 1 of a PID namespace of its own, takes on one run's confinement and spawns its
-# tools (toolsrv/run/runinit.py), one at a time, each time once its namespace is proved empty.
+# tools (toolsrv/run/init/cold.py), one at a time, each time once its namespace is proved empty.
 # While idle it forks the inits the server asked for ({"op": "spares", "n"}; SPARE_INITS at
 # the start: a namespace's first process is the slow step, the kernel mounts its procfs)
 # and hands each one over as {"op": "spare"} with the init's socket and a pidfd on it; the
@@ -17,7 +17,7 @@
 # as a subreaper).  It keeps no fd of an init once handed over, so the init's end of the
 # socket is the server's alone.  It never blocks on a child: SIGCHLD is blocked and read from
 # a signalfd, and every waitpid is WNOHANG; reaping an init removes its cgroup
-# (toolsrv/run/cgroups.py), which is empty by then.  It signals only inits it has not reaped
+# (toolsrv/run/kernel/cgroups.py), which is empty by then.  It signals only inits it has not reaped
 # (never a reused pid), and only at shutdown: runs are killed by the server, through pidfds.
 #
 # Containment of the launcher itself.  As root, or inside a user namespace of its own
@@ -40,15 +40,14 @@ import signal
 import socket
 import sys
 
-from toolsrv.run import runinit
-from toolsrv.run.fdpass import recv_into
-from toolsrv.run.cgroups import RunGroups
-from toolsrv.run.idmap import make_userns
-from toolsrv.run.seccomp import Filter
+from toolsrv.run.init import cold as runinit
+from toolsrv.run.init.wire import MAX_PACKET, recv_into
+from toolsrv.run.kernel.cgroups import RunGroups
+from toolsrv.run.kernel.idmap import make_userns
+from toolsrv.run.kernel.seccomp import Filter
 
 CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWUSER = 0x40000000, 0x20000000, 0x10000000
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
-MAX_PACKET = 1 << 20
 MAX_FDS = 8  # stdin, stdout, stderr, up to five extra fds
 SPARE_INITS = 4  # inits forked ahead, while idle, at the start
 MAX_WANTED = 64  # spares the server may ask for at once

@@ -25,7 +25,7 @@ Language servers (protocol lsp, issue 31) are the session's, not an agent's: one
 per session and command (`shared`), used by every agent of the session that calls an
 lsp_* tool naming that command; it ends when the last of those agents unloads its lsp
 tools or is removed, when idle, and restarts on a change of the session's cwd or sandbox.
-The process is the bridge (run/lspbridge.py) with the server as its child; a call is
+The process is the bridge (tree/resident/lspbridge.py) with the server as its child; a call is
 run.lspedit.run over the entry's lspproto.Client (initialized once per process).
 """
 from __future__ import annotations
@@ -36,12 +36,12 @@ import logging
 import time
 from typing import Any
 
-from .. import errors as E
-from ..errors import defuse
-from ..record import Plain
-from ..run import lspedit, lspproto, mcpproto, resident
-from ..run.runner import RunRequest, RunResult
-from .jsonargs import fit
+from ... import errors as E
+from ...errors import defuse
+from ...record import Plain
+from . import lspedit, lspproto, mcp as mcpproto, process as resident
+from ...run.runner import RunRequest, RunResult
+from ..calls.jsonargs import fit
 
 log = logging.getLogger("toolsrv.resident")
 

@@ -1,5 +1,5 @@
-# toolsrv/run/lspproto.py — the client side of the Language Server Protocol, spoken by
-# toolsrv to a resident language server (through run/lspbridge.py, its parent in the sandbox).
+# toolsrv/tree/resident/lspproto.py — the client side of the Language Server Protocol, spoken by
+# toolsrv to a resident language server (through tree/resident/lspbridge.py, its parent in the sandbox).
 #
 # Theory of operation.  LSP is JSON-RPC 2.0 in frames: `Content-Length: N\r\n\r\n` and N
 # bytes of UTF-8 JSON.  `Deframer` is the pure half (bytes in, messages out, LSPError on
@@ -347,7 +347,7 @@ class Client:
 
 
 def bridge_argv(server: list[str] | tuple[str, ...]) -> list[str]:
-    """The resident command for a language server: the bridge (run/lspbridge.py, given as
+    """The resident command for a language server: the bridge (tree/resident/lspbridge.py, given as
     source so the sandbox needs no grant for it) in this interpreter, then the server."""
     import sys
     src = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "lspbridge.py"),

@@ -1,4 +1,4 @@
-# toolsrv/run/fdpass.py — one packet and the fds it carries (SCM_RIGHTS), received.
+# toolsrv/run/init/wire.py — one packet and the fds it carries (SCM_RIGHTS), received.
 #
 # Theory of operation.  The server, the launcher and each init talk over SOCK_SEQPACKET
 # socketpairs: one JSON request or report per packet, fds beside it.  Every side reads the
@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import socket
+
+MAX_PACKET = 1 << 20  # the largest request or report any of the three sides sends
 
 
 def recv_into(sock: socket.socket, buf: object, max_fds: int) -> tuple[int, list[int]]:

@@ -26,15 +26,15 @@ import os
 import time
 from typing import Any, Callable
 
-from .. import errors as E
-from ..errors import P9Error, defuse
+from ... import errors as E
+from ...errors import P9Error, defuse
 from .jsonargs import fit
-from ..record import Plain
-from ..registry import warmstart
-from ..run.runner import RunRequest
-from ..run.sandbox import load_profile
-from .resident import Residents
-from .sessions import Agent
+from ...record import Plain
+from ...registry import warmstart
+from ...run.runner import RunRequest
+from ...run.sandbox import load_profile
+from ..resident.manager import Residents
+from ..state.sessions import Agent
 from .slots import FairSlots
 
 log = logging.getLogger("toolsrv.calls")

@@ -1,6 +1,6 @@
-# toolsrv/run/warminit.py — pid 1 of a run's namespace as a warm Python: each call a fork.
+# toolsrv/run/init/warm.py — pid 1 of a run's namespace as a warm Python: each call a fork.
 #
-# Theory of operation.  A cold init (toolsrv/run/runinit.py) asked to warm up for an
+# Theory of operation.  A cold init (toolsrv/run/init/cold.py) asked to warm up for an
 # interpreter takes on what every run of that kind shares — its network namespace, the
 # tools' uid (which drops every capability), signals reset as posix_spawn resets them — and
 # execs that interpreter, exactly as a cold run would start it, with BOOT as its program.
@@ -45,26 +45,26 @@ import signal
 import socket
 import sys
 
-from toolsrv.run import landlock
-from toolsrv.run.confine import confine_rest
-from toolsrv.run.fdpass import recv_into
-from toolsrv.run.reap import reap_until
-from toolsrv.run.rules import RuleCache
-from toolsrv.run.seccomp import Filter
+from toolsrv.run.kernel import landlock
+from toolsrv.run.kernel.confine import confine_rest
+from toolsrv.run.init.wire import MAX_PACKET, recv_into
+from toolsrv.run.init.reap import reap_until
+from toolsrv.run.kernel.rules import RuleCache
+from toolsrv.run.kernel.seccomp import Filter
 
-MAX_PACKET = 1 << 20
 MAX_FDS = 8
 # Imported before a call is forked (doc/performance.md, Warm starts): the standard modules
 # the bundled Python tools import, measured with -X importtime (about 30 ms cold).
 WARMED = ("json", "re", "stat", "errno", "collections", "base64", "shutil", "subprocess",
           "socket", "threading", "signal", "time")
 # What BOOT loads from the memfd, in order (each may import only those before it).
-SOURCES = ("toolsrv.run.landlock", "toolsrv.run.fdpass", "toolsrv.run.reap", "toolsrv.run.rules",
-           "toolsrv.run.seccomp", "toolsrv.run.confine", "toolsrv.run.warminit")
+SOURCES = ("toolsrv.run.kernel.landlock", "toolsrv.run.init.wire", "toolsrv.run.init.reap",
+           "toolsrv.run.kernel.rules", "toolsrv.run.kernel.seccomp", "toolsrv.run.kernel.confine",
+           "toolsrv.run.init.warm")
 # argv: -c BOOT <socket fd> <memfd> <WARMED, comma-separated>
 # LOAD makes BOOT's modules from the memfd alone: their packages first (empty, so an import
-# of toolsrv or toolsrv.run never searches sys.path: the tools' interpreter cannot import
-# toolsrv, and must not find another), then each module, with __package__ set so its
+# of toolsrv, toolsrv.run or its folders init/ and kernel/ never searches sys.path: the
+# tools' interpreter cannot import toolsrv, and must not find another), then each module, with __package__ set so its
 # relative imports resolve among them.  It needs nothing importable but the standard library.
 LOAD = """\
 import sys as _s
@@ -75,7 +75,7 @@ _k = set(_s.modules)
 import json as _j, os as _o
 with _o.fdopen(int(_s.argv[2]), "rb") as _f:
     _b = _j.loads(_f.read())
-for _n in ("toolsrv", "toolsrv.run"):
+for _n in ("toolsrv", "toolsrv.run", "toolsrv.run.init", "toolsrv.run.kernel"):
     _m = _s.modules[_n] = type(_s)(_n)
     _m.__path__, _m.__package__ = [], _n
 for _n, _f, _c in _b:
@@ -91,7 +91,7 @@ for _n, _f, _c in _b:
 BOOT = """\
 try:
 """ + "".join("    " + line + "\n" for line in LOAD.splitlines()) + """\
-    _r = _s.modules["toolsrv.run.warminit"].serve(int(_s.argv[1]), _k, _p)
+    _r = _s.modules["toolsrv.run.init.warm"].serve(int(_s.argv[1]), _k, _p)
 except BaseException as _e:
     import os as _o, json as _j, sys as _s
     _o.write(int(_s.argv[1]), b"F" + _j.dumps("warm boot: " + " ".join(
@@ -113,10 +113,12 @@ _DROPPED: list = []  # the modules a call's interpreter no longer lists
 
 def bundle() -> bytes:
     """The sources BOOT loads (read by the cold init, which can read them)."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    # the directory that holds toolsrv/: toolsrv/run/init/warm.py, four levels down
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
     out = []
     for name in SOURCES:
-        path = os.path.join(here, name.rsplit(".", 1)[1] + ".py")
+        path = os.path.join(root, *name.split(".")) + ".py"
         with open(path, encoding="utf-8") as f:
             out.append([name, path, f.read()])
     return json.dumps(out).encode()

@@ -15,8 +15,8 @@ import re
 from typing import Any
 
 
-from ..errors import ERRMAX, P9Error, shorten
-from ..registry.schemaref import unresolved, validator as schema_validator
+from ...errors import ERRMAX, P9Error, shorten
+from ...registry.schemaref import unresolved, validator as schema_validator
 
 _LITERALS = ("true", "false", "null")
 _NUMBER_TAIL = re.compile(r"-?[0-9]*\.?[0-9]*(?:[eE][-+]?[0-9]*)?\s*\Z")

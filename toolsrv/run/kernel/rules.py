@@ -1,17 +1,17 @@
-# toolsrv/run/rules.py — an init's memory of rulesets: the fixed path lists it was sent.
+# toolsrv/run/kernel/rules.py — an init's memory of rulesets: the fixed path lists it was sent.
 #
 # Theory of operation.  A run's Landlock rules come in its request: the per-call paths
 # ({CWD}, {TMPDIR}) in full, a profile's fixed paths (the same in every call of the profile)
 # in full once per init and then by reference [epoch, ref] (toolsrv/run/launcher.py names
-# them).  RuleCache keeps the lists by reference and a PathCache (toolsrv/run/landlock.py) of
+# them).  RuleCache keeps the lists by reference and a PathCache (toolsrv/run/kernel/landlock.py) of
 # their O_PATH fds and ready rules, so a build is one landlock_add_rule per fixed path.  The
-# cold init (toolsrv/run/runinit.py) and the warm one (toolsrv/run/warminit.py) share it.
+# cold init (toolsrv/run/init/cold.py) and the warm one (toolsrv/run/init/warm.py) share it.
 # Standard library and landlock.py only: a warm init loads it into the tool's interpreter.
 from __future__ import annotations
 
 import errno
 
-from toolsrv.run import landlock
+from toolsrv.run.kernel import landlock
 
 
 class RuleCache:

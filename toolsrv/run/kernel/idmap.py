@@ -1,4 +1,4 @@
-# toolsrv/run/idmap.py — a root server's grants, mapped so that the uid tools run as reaches them.
+# toolsrv/run/kernel/idmap.py — a root server's grants, mapped so that the uid tools run as reaches them.
 #
 # Theory of operation.  A root server runs tools as an unprivileged uid (nobody), which owns
 # nothing: root's 0700 home, a 0700 checkout or a root-owned /workspace are out of its
@@ -20,7 +20,7 @@
 #            it, holding only mount points for the grants below it, so the tool can walk to
 #            them and sees nothing else of the directory;
 #   carried  every granted path below a cover, mapped or not, bind-mounted into the cover.
-# The run's init (toolsrv/run/runinit.py), still root, applies the plan in a mount namespace of
+# The run's init (toolsrv/run/init/cold.py), still root, applies the plan in a mount namespace of
 # its own (apply()): unshare(CLONE_NEWNS), make / recursively private (nothing propagates
 # back), open_tree(OPEN_TREE_CLONE) every grant to mount while the tree is untouched,
 # mount_setattr each (MOUNT_ATTR_IDMAP for mapped ones; always nosuid and nodev; read-only
@@ -28,7 +28,7 @@
 # then move_mount the clones in place, shallowest first.  Landlock rules name inodes, and a
 # bind mount shows the same inodes, so the run's ruleset (built by the server before) holds
 # unchanged.  What the tool may do stays exactly what the profile grants; the uid only stops
-# being in the way.  Set-id bits stay off (toolsrv/run/seccomp.py): on a mapped path they would
+# being in the way.  Set-id bits stay off (toolsrv/run/kernel/seccomp.py): on a mapped path they would
 # make set-uid-root programs.
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-# toolsrv/run/lspbridge.py — the language server's parent inside the sandbox: it relays
+# toolsrv/tree/resident/lspbridge.py — the language server's parent inside the sandbox: it relays
 # LSP between toolsrv and the server, and reads and writes the project's files for toolsrv.
 #
 # Theory of operation.  toolsrv never opens a file of the session's cwd with its own

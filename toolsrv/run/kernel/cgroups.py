@@ -1,4 +1,4 @@
-# toolsrv/run/cgroups.py — a cgroup per run: limits that do not spill across runs.
+# toolsrv/run/kernel/cgroups.py — a cgroup per run: limits that do not spill across runs.
 #
 # Theory of operation.  rlimits are per process (CPU, address space) or per uid (the number
 # of processes), and every run of every session shares the uid tools run as: a fork bomb in
@@ -7,7 +7,7 @@
 # and memory controllers bound the run as a whole (pids.max; memory.max or, on cgroup v1,
 # memory.limit_in_bytes).  The server finds the hierarchies and makes its own base group
 # (RunGroups.setup, in the server's PID namespace, where a server's pid means something);
-# the launcher (toolsrv/run/zygote.py) gets it as an option and makes a group when it prepares
+# the launcher (toolsrv/run/init/zygote.py) gets it as an option and makes a group when it prepares
 # a run's init, and the init moves itself in (writes 0 to cgroup.procs) before it spawns
 # the tool, so every process of the run is born inside.  Once its run's init has been
 # reaped (its namespace, and so the group, is empty by then), a group is checked empty and

@@ -1,4 +1,4 @@
-# toolsrv/run/mcpproto.py — the client side of MCP over stdio, spoken by toolsrv itself.
+# toolsrv/tree/resident/mcp.py — the client side of MCP over stdio, spoken by toolsrv itself.
 #
 # Theory of operation.  An MCP server on stdio reads and writes newline-delimited JSON-RPC
 # 2.0 messages (one compact object per line), as the official `mcp` SDK does.  `Client`

@@ -1,10 +1,10 @@
-# toolsrv/run/landlock.py — the project's own ctypes binding of Linux Landlock.
+# toolsrv/run/kernel/landlock.py — the project's own ctypes binding of Linux Landlock.
 #
 # Theory of operation.  Landlock is three syscalls and three structs:
 #   landlock_create_ruleset(attr, size, flags) -> fd   (flags=VERSION: returns the ABI)
 #   landlock_add_rule(fd, type, attr, 0)               (a path or a TCP port rule)
 #   landlock_restrict_self(fd, 0)                      (after prctl(NO_NEW_PRIVS))
-# The launcher (toolsrv.run.zygote) calls build_ruleset() for each run, then restrict_self() in
+# The launcher (toolsrv.run.init.zygote) calls build_ruleset() for each run, then restrict_self() in
 # the thread that will spawn the tool (Landlock binds the calling thread only).
 #
 # A ruleset cannot be reused across runs (each has its own {TMPDIR}, and rules can be added

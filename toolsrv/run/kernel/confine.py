@@ -1,8 +1,8 @@
-# toolsrv/run/confine.py — the last steps of a run's confinement, the same in every init.
+# toolsrv/run/kernel/confine.py — the last steps of a run's confinement, the same in every init.
 #
 # Theory of operation.  Whoever is about to become (or spawn) a tool — the cold init's
-# spawning thread (toolsrv/run/runinit.py) or a warm init's forked child
-# (toolsrv/run/warminit.py) — has taken on what its kind of init takes on first (netns,
+# spawning thread (toolsrv/run/init/cold.py) or a warm init's forked child
+# (toolsrv/run/init/warm.py) — has taken on what its kind of init takes on first (netns,
 # mounts, uid); then, in this order: the cwd, the run's Landlock ruleset (which sets
 # no_new_privs first) or no_new_privs alone, then the seccomp filter (which needs
 # no_new_privs).  A step that fails raises its OSError with `.step` naming it.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import ctypes
 import os
 
-from toolsrv.run import landlock
-from toolsrv.run.seccomp import Filter
+from toolsrv.run.kernel import landlock
+from toolsrv.run.kernel.seccomp import Filter
 
 _libc = ctypes.CDLL(None, use_errno=True)
 

@@ -1,4 +1,4 @@
-# toolsrv/run/lspops.py — what each lsp_* tool asks a language server, and how the answer
+# toolsrv/tree/resident/lspops.py — what each lsp_* tool asks a language server, and how the answer
 # reads: lines of `path:line:col: text` that an agent and grep both read.
 #
 # Theory of operation.  A call names an operation (the .meta's resident `tool`:

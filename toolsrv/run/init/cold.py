@@ -1,6 +1,6 @@
-# toolsrv/run/runinit.py — pid 1 of a PID namespace: runs one tool at a time as its own child.
+# toolsrv/run/init/cold.py — pid 1 of a PID namespace: runs one tool at a time as its own child.
 #
-# Theory of operation.  The launcher (toolsrv/run/zygote.py) forks inits, each into a PID
+# Theory of operation.  The launcher (toolsrv/run/init/zygote.py) forks inits, each into a PID
 # namespace of its own (and a cgroup of its own), and hands each to the server: the init's
 # socket and a pidfd on it.  An init is the only process of its namespace the launcher is
 # parent of; every tool it runs is its child, so every process of a run descends from it,
@@ -19,7 +19,7 @@
 #   unshare(CLONE_FS) + chdir     the tool's cwd
 #   setns(empty netns)            no-network profiles: no interface at all, UDP included
 #   a mount namespace             a root server: the grants its tools' uid cannot reach,
-#                                 idmapped (toolsrv/run/idmap.py)
+#                                 idmapped (toolsrv/run/kernel/idmap.py)
 #   setgroups/setresgid/setresuid raw syscalls: glibc's wrappers would change every thread
 #   Landlock restrict_self        sets no_new_privs first
 #   seccomp filter                no ptrace, process_vm_*, pidfd_getfd, kcmp; no set-id bits
@@ -45,16 +45,15 @@ import socket
 import sys
 from typing import NoReturn
 
-from toolsrv.run import cgroups, idmap
-from toolsrv.run.confine import confine_rest
-from toolsrv.run.fdpass import recv_into
-from toolsrv.run.reap import reap_until
-from toolsrv.run.rules import RuleCache
-from toolsrv.run.seccomp import Filter
+from toolsrv.run.kernel import cgroups, idmap
+from toolsrv.run.kernel.confine import confine_rest
+from toolsrv.run.init.wire import MAX_PACKET, recv_into
+from toolsrv.run.init.reap import reap_until
+from toolsrv.run.kernel.rules import RuleCache
+from toolsrv.run.kernel.seccomp import Filter
 
 CLONE_FS, CLONE_NEWNET = 0x200, 0x40000000
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
-MAX_PACKET = 1 << 20
 MAX_FDS = 8  # stdin, stdout, stderr, up to five extra fds
 _RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
                   signal.SIGCHLD, signal.SIGHUP, signal.SIGQUIT)
@@ -207,7 +206,7 @@ def _confine_and_spawn(ctx: Context, msg: dict, fds: list[int], ruleset: int) ->
 
 
 def _warm_up(sock: socket.socket, ctx: Context, msg: dict, fds: list[int]) -> NoReturn:
-    """Become a warm init (toolsrv/run/warminit.py): take on what every run of its kind
+    """Become a warm init (toolsrv/run/init/warm.py): take on what every run of its kind
     shares, as posix_spawn and the spawning thread would give it to a tool (signals reset,
     the netns, a root server's idmapped grants, the tools' uid, which drops every
     capability), and exec the interpreter.
@@ -216,7 +215,7 @@ def _warm_up(sock: socket.socket, ctx: Context, msg: dict, fds: list[int]) -> No
         os.close(fd)
     step = "memfd"
     try:
-        from toolsrv.run import warminit
+        from toolsrv.run.init import warm as warminit
         code = os.memfd_create("toolsrv-warm", 0)
         os.write(code, warminit.bundle())
         os.lseek(code, 0, os.SEEK_SET)
@@ -284,4 +283,4 @@ def _find(name: str, env: dict[str, str]) -> str:
 
 
 if __name__ == "__main__":  # pragma: no cover - imported by the launcher only
-    sys.exit("toolsrv.run.runinit is part of the launcher")
+    sys.exit("toolsrv.run.init.cold is part of the launcher")

@@ -1,4 +1,4 @@
-# toolsrv/run/resident.py — a resident tool process, and the lines protocol it speaks.
+# toolsrv/tree/resident/process.py — a resident tool process, and the lines protocol it speaks.
 #
 # Theory of operation.  A resident run is started exactly as a cold run is (Runner.
 # open_resident: the same launcher, an init that is pid 1 of a PID namespace of its own, its

@@ -1,4 +1,4 @@
-# toolsrv/run/seccomp.py — the seccomp filter every confined run takes on: no ptrace in a run,
+# toolsrv/run/kernel/seccomp.py — the seccomp filter every confined run takes on: no ptrace in a run,
 # no set-id bits on files, no user namespaces.
 #
 # Theory of operation.  A run's processes share a uid and a Landlock domain, and this host
@@ -10,7 +10,7 @@
 # process_vm_readv/writev, pidfd_getfd, kcmp.  (/proc/<pid>/mem is not a call: profiles
 # grant no /proc, so Landlock refuses it.)
 # It also answers EPERM to a chmod, open/creat or mknod whose mode has S_ISUID or S_ISGID:
-# on a path mapped for a root server (toolsrv/run/idmap.py) the tool owns root's files, and a
+# on a path mapped for a root server (toolsrv/run/kernel/idmap.py) the tool owns root's files, and a
 # set-uid bit it set there would be a set-uid-root program on disk for everyone else.
 # User namespaces are refused: clone or unshare with CLONE_NEWUSER answers EPERM (a user
 # namespace is a large kernel attack surface, and no tool needs one), and clone3, whose

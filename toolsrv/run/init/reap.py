@@ -1,4 +1,4 @@
-# toolsrv/run/reap.py — how an init ends a run: reap the tool, then everything left of it.
+# toolsrv/run/init/reap.py — how an init ends a run: reap the tool, then everything left of it.
 #
 # Theory of operation.  An init is the ancestor of every process of its run (orphans are
 # reparented to it).  Once the tool has ended, what is left is killed and reaped until
@@ -7,7 +7,7 @@
 # means no process left.  Without one, the init is a subreaper and kills its children,
 # round after round, from /proc/<pid>/task/<tid>/children.  kill(-1) must never be sent
 # without a namespace: outside one it reaches every process the uid may signal.  The cold
-# init (toolsrv/run/runinit.py) and the warm one (toolsrv/run/warminit.py) share this.
+# init (toolsrv/run/init/cold.py) and the warm one (toolsrv/run/init/warm.py) share this.
 from __future__ import annotations
 
 import os

@@ -1,0 +1,10 @@
+# toolsrv/tree/calls/ — a tool call from the Twrite of its JSON to its result.
+#
+# jsonargs.py JSON arguments accumulated across Twrites and validated; ctl.py the ctl
+# commands of an agent; scheduler.py the scheduled calls (Call) and the scheduler that
+# hands them to the runner or to a resident process; slots.py the fair run slots the
+# scheduler waits on; apply.py Calls, the agent's view of them (apply a ctl command,
+# begin a call, the schemas file), given what it needs by the App.
+#
+# May import: tree/state/, tree/resident/, tree/node.py, registry/, run/, dirs/, errors,
+# record.  Never the namespace modules of tree/ (fs, root, agent...), serve/, app or cli/.
