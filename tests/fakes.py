@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.common import FakeTransport as RecordingTransport  # noqa: F401 (keeps every write)
-from toolsrv.tree.fs import ToolsrvFS
+from toolsrv.tree.root import ToolsrvFS
 from toolsrv.serve.server import ServerConfig
 from toolsrv.tree.state.sessions import SessionStore
 from toolsrv.serve.transport import NinePProtocol, listen
@@ -100,11 +100,9 @@ def make_fs(tmp: str, registry: Any = None, revwait_timeout: float = 5.0,
     store = SessionStore(os.path.join(tmp, "state"), os.path.join(tmp, "work"))
     fs = ToolsrvFS(registry or FakeRegistry(), store, revwait_timeout=revwait_timeout)
     if runner is not None:
-        from types import SimpleNamespace
-        from toolsrv.tree.toolfile import Calls
-        app = SimpleNamespace(registry=fs.registry, store=store, runner=runner,
-                              opts=SimpleNamespace(max_runs=4), addrs=[])
-        fs.agent_files = Calls(app)
+        from toolsrv.tree.agent import AgentFiles
+        from toolsrv.tree.calls.apply import Calls
+        fs.agent_files = AgentFiles(Calls(fs.registry, store, runner, max_runs=4))
     return fs
 
 

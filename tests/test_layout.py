@@ -243,3 +243,18 @@ def test_every_init_names_its_modules(pkg):
     assert [m for m in sorted(inside) if m not in text] == [], f"{pkg}: name them in {path}"
     assert "may import" in text.lower() or "imports" in text.lower(), \
         f"{pkg}: say what its modules may import"
+
+
+TREE_PARTS = ("toolsrv.tree.calls", "toolsrv.tree.state", "toolsrv.tree.resident")
+
+
+def test_calls_state_and_residents_never_import_the_namespace():
+    """tree/calls/, tree/state/ and tree/resident/ are what the namespace shows: they import
+    each other, never the namespace modules of tree/ (node, root, sessiondirs, agent...)."""
+    bad = []
+    for mod, path in sorted(MODULES.items()):
+        if any(mod == p or mod.startswith(p + ".") for p in TREE_PARTS):
+            bad += [f"{mod}:{line}: {t}" for line, t in imports(mod, path)
+                    if part(t) == "tree" and t != "toolsrv.tree"
+                    and not any(t == p or t.startswith(p + ".") for p in TREE_PARTS)]
+    assert bad == []

@@ -12,19 +12,16 @@ Shutdown is graceful: stop accepting, hang up connections (their calls are
 cancelled), kill every run, save state, release the state lock, remove the Unix
 socket, exit 0 (1, saying why, when that last save fails).
 
-Where things are kept (trusted.py proves each directory ours before serving, or
-the server refuses to start and says what is wrong): the state directory; the
-work base /var/tmp/toolsrv.<euid> (0711), whose work/ holds the private cwds of
-servers with state that run tools as another uid (without that, <state>/work),
-and whose nostate/ holds one directory per server without state, held by a
-lock for the server's life (serverdir.py).  Each start sweeps the nostate/
-directories whose lock is free: servers without state that crashed.
+Where things are kept is dirs/layout.py's (the state directory, the work base and
+its nostate/ directories, each proved ours before serving, or the server refuses to
+start and says what is wrong).
 
-Who gets in (SECURITY.md): a Unix-socket peer must have the server's uid or
-one allowed by --allow-uid (SO_PEERCRED), and must not be one of our own tool
-processes (a descendant of the launcher); a TCP peer must prove the shared
-secret (auth.py) when --auth-secret is given, which --listen-any requires; a TLS peer
-(serve/tls.py) too, and under mutual TLS its certificate alone may stand for the secret.
+Who gets in (SECURITY.md) is serve/peers.py's: a Unix-socket peer must have the
+server's uid or one allowed by --allow-uid, and must not be one of our own tool
+processes; a TCP peer must prove the shared secret (auth.py) when --auth-secret is
+given, which --listen-any requires; a TLS peer (serve/tls.py) too, and under mutual TLS
+its certificate alone may stand for the secret.  A tool whose profile asks for it gets
+a connection of its own, scoped to its agent (serve/peers.py Internal).
 Every limit of reliability.md is an Options field and a `serve` flag.
 """
 from __future__ import annotations
@@ -34,18 +31,18 @@ import logging
 import os
 import resource
 import signal
-import socket
 import sys
 from typing import Any
 
 from . import bundled
-from .dirs import trusted
+from .dirs.layout import sweep, work_dir
 from .dirs.serverdir import ServerDir
 from .record import Record, replace
 from .serve import dial
 from .serve.server import DEFAULT_MSIZE, ServerConfig
-from .serve.transport import Gate, NinePProtocol, Peer, listen
-from .tree.fs import ToolsrvFS
+from .serve.peers import Internal, PeerPolicy
+from .serve.transport import Gate, NinePProtocol, listen
+from .tree.root import ToolsrvFS
 from .tree.state.sessions import SessionStore
 
 log = logging.getLogger("toolsrv")
@@ -133,26 +130,6 @@ def default_tools_path() -> list[str]:
     return [os.path.expanduser("~/.config/ollie/tools"), BUNDLED_TOOLS]
 
 
-def parent_pid(pid: int) -> int:
-    """The parent of pid from /proc, or 0 when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def descends_from(pid: int, ancestor: int, limit: int = 128) -> bool:
-    """True when `ancestor` is pid itself or one of its ancestors."""
-    for _ in range(limit):
-        if pid == ancestor:
-            return True
-        if pid <= 1:
-            return False
-        pid = parent_pid(pid)
-    return False
-
-
 def raise_fd_limit() -> None:
     """Connections and runs are fds: take the hard limit as our soft one."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -175,11 +152,12 @@ class App:
         self.runner: Any = None
         self.calls: Any = None
         self.searcher: Any = None
-        self.nostate: ServerDir | None = None   # the work base's nostate/ (_work_dir)
+        self.nostate: ServerDir | None = None   # the work base's nostate/ (dirs/layout.py)
         self._sweeping: asyncio.Future[None] | None = None
         self.lock: Any = None         # statedir.StateLock, held while serving with state
         self.stop_error: str | None = None   # why stop() failed (the final save): exit 1
         self.hosts: Any = None        # hosts.Hosts: the imports of other hosts' trees
+        self.internal = Internal()    # the connections tools are given (serve/peers.py)
 
     def _make_registry(self) -> Any:
         from .registry.registry import Registry
@@ -191,19 +169,6 @@ class App:
         from .registry.search import SearchIndex
         from .tree.searchfile import Searcher
         return Searcher(SearchIndex(self.registry))
-
-    def _peer_check(self, peer: Peer) -> str | None:
-        """Why a peer may not connect (an Rerror string), or None."""
-        if peer.kind != "unix":
-            return None          # TCP: the shared secret (auth.py), checked at attach
-        if peer.uid is None:
-            return "permission denied: cannot tell the peer's uid"
-        if peer.uid != os.getuid() and peer.uid not in self.opts.allow_uids:
-            return f"permission denied: uid {peer.uid} may not connect (see --allow-uid)"
-        zygote = getattr(getattr(self.runner, "launcher", None), "zygote_pid", None)
-        if zygote and peer.pid and descends_from(peer.pid, zygote):
-            return "permission denied: a tool may not connect back to its server"
-        return None
 
     def _configs(self) -> tuple[ServerConfig, ServerConfig]:
         """The server config for Unix sockets, and the one for TCP listeners (plain or TLS).
@@ -262,7 +227,8 @@ class App:
             specs = [Spec.parse(i) for i in opts.imports]     # ValueError: a bad --import
         self.runner, tool_uid = self._make_runner()
         state = self._state_dir()
-        work = self._work_dir(state, tool_uid)   # proves the state directory ours, too
+        work = work_dir(state, tool_uid,         # proves the state directory ours, too
+                        lambda kept: setattr(self, "nostate", kept))
         self._lock_state(state)
         if self.runner is not None:
             self.runner.check()         # its scratch base, proved ours like the others
@@ -280,13 +246,15 @@ class App:
                             searcher=self.searcher)
         self._start_calls()
         self._start_hosts(specs, state)
-        self.gate = Gate(opts.max_conns, opts.max_conns_per_peer, self._peer_check)
+        launcher = lambda: getattr(getattr(self.runner, "launcher", None), "zygote_pid", None)
+        self.gate = Gate(opts.max_conns, opts.max_conns_per_peer,
+                         PeerPolicy(opts.allow_uids, launcher))
 
         def factory(config: ServerConfig) -> Any:
             return lambda: NinePProtocol(self.fs, config, self.conns, self.gate,
                                          opts.frame_timeout)
 
-        self._factory, self._unix_config = factory, unix_config
+        self.internal.serve_with(factory, unix_config)
         for i, a in enumerate(self.addrs):
             f = factory(unix_config if a.kind == "unix" else tcp_config)
             srv = await listen(a, f, allow_nonloopback=opts.listen_any, ssl=tls_context)
@@ -308,7 +276,7 @@ class App:
         loop = asyncio.get_running_loop()
         loop.run_in_executor(None, _warm_imports)
         if self.nostate is not None:
-            self._sweeping = loop.run_in_executor(None, self._sweep, self.nostate)
+            self._sweeping = loop.run_in_executor(None, sweep, self.nostate)
 
     def _state_dir(self) -> str | None:
         """The state directory (None with --no-state): --state, else one named for the
@@ -334,53 +302,8 @@ class App:
             self.lock.release()
             self.lock = None
 
-    async def internal_connection(self, session: str, agent: str) -> socket.socket:
-        """A socket already connected to this server: what a tool under a profile with
-        `general.toolsrv: true` (client_9p) gets as fd 3.  The connection is scoped to
-        that agent (fs.AgentScope).  The caller closes it."""
-        from .tree.fs import AgentScope
-        config = replace(self._unix_config, guard=AgentScope(session, agent))
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            await asyncio.get_running_loop().connect_accepted_socket(self._factory(config), ours)
-        except BaseException:
-            ours.close()
-            theirs.close()
-            raise
-        return theirs
-
-    def _work_dir(self, state: str | None, tool_uid: tuple[int, int] | None) -> trusted.Dir:
-        """Where the sessions' private cwds go, every directory on the way proved ours."""
-        if state:
-            sdir = trusted.open_dir(state, 0o700, "remove it, or choose another with --state")
-            try:
-                if tool_uid is None:
-                    return sdir.subdir("work", 0o711)
-            finally:
-                sdir.close()
-        base = trusted.open_dir(f"/var/tmp/toolsrv.{os.geteuid()}", 0o711)
-        try:
-            self.nostate = ServerDir(base.subdir("nostate", 0o711))
-            return base.subdir("work", 0o711) if state else self.nostate.claim()
-        finally:
-            base.close()
-
-    @staticmethod
-    def _sweep(nostate: ServerDir) -> None:
-        try:
-            n = nostate.sweep()
-        except OSError as e:
-            log.warning("%s: sweeping the directories of servers gone: %s", nostate.base.path, e)
-            return
-        if n:
-            log.info("swept the session directories of %d server%s without state that "
-                     "ended without removing them", n, "" if n == 1 else "s")
-
     def _make_runner(self) -> tuple[Any, tuple[int, int] | None]:
-        try:
-            from .run.runner import Runner, RunnerConfig
-        except ImportError:
-            return None, None
+        from .run.runner import Runner, RunnerConfig
         runner = Runner(RunnerConfig(timeout=self.opts.timeout, run_as=self.opts.run_as,
                                      warm=self.opts.warm, run_limits=self._run_limits()))
         from .registry import warmstart
@@ -401,19 +324,18 @@ class App:
                 "warm_memory": warm if warm is not None else min(256 << 20, total // 8)}
 
     def _check_profile(self, name: str) -> None:
-        try:
-            from .run.sandbox import load_profile
-        except ImportError:
-            return
+        from .run.sandbox import load_profile
         load_profile(name)
 
     def _start_calls(self) -> None:
-        try:
-            from .tree.toolfile import Calls
-        except ImportError:
-            return
-        self.calls = Calls(self)
-        self.fs.agent_files = self.calls
+        from .tree.agent import AgentFiles
+        from .tree.calls.apply import Calls
+        o = self.opts
+        self.calls = Calls(self.registry, self.store, self.runner, max_runs=o.max_runs,
+                           max_queued=o.max_queued, addr=str(self.addrs[0]),
+                           connect=self.internal.connect, per_session=o.max_runs_per_session,
+                           per_agent=o.max_runs_per_agent, max_args=o.max_args)
+        self.fs.agent_files = AgentFiles(self.calls, self.searcher)
 
     def _start_hosts(self, specs: list[Any], state: str | None) -> None:
         """The imports (toolsrv/hosts): their tools join the registry as they answer.  With

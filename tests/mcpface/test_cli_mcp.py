@@ -28,7 +28,7 @@ def test_serve_never_imports_the_sdk():
     p = run_py("import sys\n"
                "from toolsrv.cli import command\n"
                "command.parse(['serve', '--no-state'])\n"
-               "import toolsrv.app, toolsrv.serve.server, toolsrv.tree.fs, toolsrv.tree.toolfile\n"
+               "import toolsrv.app, toolsrv.serve.server, toolsrv.tree.root, toolsrv.tree.agent\n"
                "print(sorted(m for m in sys.modules if m.split('.')[0] in "
                "('mcp', 'mcp_types', 'starlette', 'uvicorn', 'anyio', 'pydantic')))\n")
     assert p.returncode == 0, p.stderr

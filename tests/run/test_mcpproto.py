@@ -109,7 +109,7 @@ def test_result_outcome(result, outcome):
 
 
 def test_serve_never_imports_the_mcp_sdk():
-    code = ("import sys, toolsrv.app, toolsrv.tree.toolfile, toolsrv.tree.resident.manager, "
+    code = ("import sys, toolsrv.app, toolsrv.tree.agent, toolsrv.tree.resident.manager, "
             "toolsrv.tree.resident.mcp, toolsrv.cli.command\n"
             "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

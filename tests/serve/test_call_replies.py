@@ -54,7 +54,7 @@ async def setup(runner: GatedRunner) -> tuple[Any, NinePProtocol, Transport]:
     fs = make_fs(tempfile.mkdtemp(prefix="toolsrv-test."), runner=runner)
     s = fs.store.create("s")
     fs.store.create_agent(s, "a")
-    fs.agent_files.apply(s.agents["a"], "tool_load echo")
+    fs.agent_files.calls.apply(s.agents["a"], "tool_load echo")
     p, t = NinePProtocol(fs, ServerConfig(msize=MSIZE), set()), Transport()
     p.connection_made(t)
     p.data_received(encode(Tversion(NOTAG, MSIZE, "9P2000")) +
@@ -143,7 +143,7 @@ def test_hang_up_while_a_read_waits_kills_the_run_and_sends_nothing():
         p.connection_lost(None)
         await turns()
         assert t.writes == [] and runner.killed == 1
-        assert fs.agent_files.sched.live == set()
+        assert fs.agent_files.calls.sched.live == set()
     asyncio.run(go())
 
 
@@ -166,7 +166,7 @@ def test_a_read_of_out_waits_for_the_run_and_its_flush_leaves_the_run_alone():
         p.data_received(encode(Twalk(10, 0, 8, out)) + encode(Topen(11, 8, OREAD)) +
                         encode(Tread(12, 8, 0, 100)))
         await turns()
-        call = fs.agent_files.latest(fs.store.sessions["s"].agents["a"])["echo"]
+        call = fs.agent_files.calls.latest(fs.store.sessions["s"].agents["a"])["echo"]
         assert len(call.waiters) == 2                 # the call's reader and out's
         t.writes.clear()
         p.data_received(encode(Tflush(13, 12)))
@@ -188,7 +188,7 @@ def test_hang_up_of_an_out_reader_leaves_the_run_and_no_waiter():
     async def go() -> None:
         runner, fs, p, t = await calling(b'{"x": 7}')      # the caller, on this connection
         await turns()
-        call = fs.agent_files.latest(fs.store.sessions["s"].agents["a"])["echo"]
+        call = fs.agent_files.calls.latest(fs.store.sessions["s"].agents["a"])["echo"]
         q, u = NinePProtocol(fs, ServerConfig(msize=MSIZE), set()), Transport()
         q.connection_made(u)                          # a second connection reads out
         q.data_received(encode(Tversion(NOTAG, MSIZE, "9P2000")) +
@@ -242,11 +242,11 @@ def test_walks_reuse_the_nodes_of_a_session_and_the_new_session_gets_new_ones():
         assert not first[-1].alive()
         s = fs.store.create("s")
         fs.store.create_agent(s, "a")
-        fs.agent_files.apply(s.agents["a"], "tool_load echo")
+        fs.agent_files.calls.apply(s.agents["a"], "tool_load echo")
         fresh = walk()
         assert fresh[-1].alive() and fresh[-1] is not first[-1]
         assert [n.qid().path for n in fresh[1:]] != [q.path for q in qids[1:]]
-        fs.agent_files.apply(s.agents["a"], "tool_unload echo")
+        fs.agent_files.calls.apply(s.agents["a"], "tool_unload echo")
         assert fs.root.lookup("session").lookup("s").lookup("agent").lookup("a") \
             .lookup("tools").lookup("echo") is None
         assert not fresh[-1].alive()

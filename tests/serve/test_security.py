@@ -25,7 +25,8 @@ from toolsrv.proto import (
     Tversion, Twalk, Twrite,
 )
 from toolsrv.serve import auth, dial
-from toolsrv.app import App, Options, descends_from
+from toolsrv.app import App, Options
+from toolsrv.serve.peers import descends_from
 from toolsrv.cli.client import Client, ClientError
 from toolsrv.errors import defuse
 from toolsrv.registry.names import valid_name

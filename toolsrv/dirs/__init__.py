@@ -4,7 +4,8 @@
 # change) and hands back its fd, which is used from then on; serverdir.py is one
 # directory per server life under a lock, and the sweep of dead servers' ones;
 # statedir.py chooses the state directory (named for the first listen address, given
-# as a dial string) and holds its lock, so one server runs per state directory.
+# as a dial string) and holds its lock, so one server runs per state directory;
+# layout.py where the sessions' private cwds go (the work base, nostate/) and the sweep.
 #
 # At the bottom with errors and record: used by run/, tree/, serve/ and app; may import
 # nothing of toolsrv but errors and record.

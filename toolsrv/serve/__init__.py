@@ -6,7 +6,8 @@
 # point, every precondition is checked there or at the top of a handler (fid.py keeps the
 # fids), a request waiting for a node runs as a task keyed by its tag so Tflush cancels
 # it, and Conn._respond is the one respond path.  auth.py is Tauth's shared secret;
-# tls.py the TLS contexts and the peer's identity for tls! listeners.
+# tls.py the TLS contexts and the peer's identity for tls! listeners; peers.py who may
+# connect (the peer policy) and the connection a tool is given (Internal).
 #
 # May import: proto, tree/, registry/, run/, dirs/, errors, record.  Never cli/ or app.
 # Imports nothing here, so that importing one module costs that module alone.

@@ -1,9 +1,11 @@
 # toolsrv/tree/ — the synthetic namespace, generated on demand from live state.
 #
 # The namespace is here: node.py is the node model the 9P core serves (Node, directories,
-# text files, Qids, Pending and Committed replies); fs.py the namespace from the root
-# down (tools/, revision, session/...); toolfile.py an agent's files (ctl, a loaded
-# tool's call, out, err, status); searchfile.py the search files.  Three folders hold
+# text files, Qids, Pending and Committed replies); root.py the namespace from the root
+# down (revision, revwait, status, tools/...); sessiondirs.py session/ and below (a
+# session's cwd and sandbox, agent/); agent.py an agent's files (ctl, log, schemas, a
+# loaded tool's call, out, err, status); searchfile.py the search files; scope.py the
+# guard on a tool's own connection (AgentScope, node_path).  Three folders hold
 # what the namespace shows: calls/ a call from its args to its result (the ctl commands,
 # the scheduler), state/ the session store (sessions, agents, loaded tools, state.json,
 # saved in a group commit), resident/ tools that stay running between calls.  Nothing is

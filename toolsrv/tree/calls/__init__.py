@@ -6,5 +6,5 @@
 # scheduler waits on; apply.py Calls, the agent's view of them (apply a ctl command,
 # begin a call, the schemas file), given what it needs by the App.
 #
-# May import: tree/state/, tree/resident/, tree/node.py, registry/, run/, dirs/, errors,
-# record.  Never the namespace modules of tree/ (fs, root, agent...), serve/, app or cli/.
+# May import: tree/state/, tree/resident/, registry/, run/, dirs/, errors, record.  Never
+# the namespace modules of tree/ (node, root, sessiondirs, agent...), serve/, app or cli/.

@@ -24,41 +24,32 @@ from __future__ import annotations
 import json
 from typing import Any, NoReturn
 
-from .calls import ctl
-from .calls.scheduler import Call, Scheduler, invalid_call
+from .calls.apply import Calls
+from .calls.scheduler import Call, invalid_call
 from ..errors import P9Error
-from .fs import AgentDir, after_save, json_text
-from .calls.jsonargs import fit, json_state, take_elevated, validate
+from .root import json_text
+from .sessiondirs import AgentDir, after_save
+from .calls.jsonargs import fit, json_state
 from .state.sessions import Agent
 from .node import (Dir_, FixedDir, Node, Pending, TextFile, answer_read, answered,
                    changes, snapshot_read)
 
 CHUNK_WAIT = 4096   # a Twrite this long may be one piece of a longer write(2) (9pfuse's
                     # pieces are 4 KiB): its line, or its JSON, may continue in the next
-MAX_ARGS = 1 << 20  # bytes of JSON args one call may write (default of --max-args)
 MAX_CTL_LINE = 1 << 16  # bytes of one ctl line
 
 
-class Calls:
-    """The call-file layer: builds agent directories, owns the scheduler."""
-
-    def __init__(self, app: Any) -> None:
-        self.registry = app.registry
-        self.store = app.store
-        addr = str(app.addrs[0]) if getattr(app, "addrs", None) else ""
-        self.sched = Scheduler(app.runner, app.registry, max_runs=app.opts.max_runs,
-                               max_queued=getattr(app.opts, "max_queued", 1024), addr=addr,
-                               connect=getattr(app, "internal_connection", None),
-                               per_session=getattr(app.opts, "max_runs_per_session", None),
-                               per_agent=getattr(app.opts, "max_runs_per_agent", None))
-        self.max_args = getattr(app.opts, "max_args", MAX_ARGS)
-        self.store.on_remove_agent.append(lambda a: self.sched.kill(a))
-        self.store.on_remove_agent.append(self.sched.residents.drop_agent)
-        self.searcher = getattr(app, "searcher", None)
-        if self.searcher is not None:
-            self.NAMES = self.NAMES + ("search",)
+class AgentFiles:
+    """The agent directory's files (the root's agent_files hook): NAMES, and entry to
+    build one; what they do is asked of Calls."""
 
     NAMES: tuple[str, ...] = ("ctl", "log", "schemas", "tools")   # an agent's files
+
+    def __init__(self, calls: Calls, searcher: Any = None) -> None:
+        self.calls = calls
+        self.searcher = searcher      # searchfile.Searcher: an agent's search file
+        if searcher is not None:
+            self.NAMES = self.NAMES + ("search",)
 
     def entry(self, d: AgentDir, name: str, q: int) -> Node:
         """The agent file `name`, with qid path q."""
@@ -67,14 +58,14 @@ class Calls:
             return AgentToolsDir("tools", q, d, lambda td: self._tool_dirs(td, d),
                                  lambda td, n: self._tool_dir(td, d, n))
         if name == "ctl":
-            return CtlFile("ctl", q, d, self, a)
+            return CtlFile("ctl", q, d, self.calls, a)
         if name == "log":
             return TextFile("log", q, d, lambda: bytes(a.log), append=True, quiet_remove=True,
                             changes=lambda: (len(a.log), bytes(a.log[-64:])))
         if name == "search":
             from .searchfile import AgentSearchFile
             return AgentSearchFile("search", q, d, self.searcher, a)
-        return TextFile("schemas", q, d, lambda: json_text(self.schemas(a)),
+        return TextFile("schemas", q, d, lambda: json_text(self.calls.schemas(a)),
                         quiet_remove=True)
 
     def _tool_dirs(self, td: AgentToolsDir, d: AgentDir) -> list[Node]:
@@ -82,116 +73,12 @@ class Calls:
                 if n is not None]
 
     def _tool_dir(self, td: AgentToolsDir, d: AgentDir, name: str) -> Node | None:
-        if name not in d.a.loaded or self.registry.get(name) is None:
+        if name not in d.a.loaded or self.calls.registry.get(name) is None:
             return None
         node = td.kept.get(name)                 # kept by the directory: see node.py
         if node is None:
-            node = td.kept[name] = ToolCallDir(name, d.key("tool", name), td, self, d.a, d)
+            node = td.kept[name] = ToolCallDir(name, d.key("tool", name), td, self.calls, d.a, d)
         return node
-
-    def schemas(self, a: Agent) -> list[dict]:
-        out = []
-        for n in a.loaded:
-            t = self.registry.get(n)
-            if t is not None:
-                out.append({"name": n, "description": t.description, "prompt": t.prompt,
-                            "parameters": t.schema, "tier": t.tier, "readOnly": t.read_only})
-        return out
-
-    def latest(self, a: Agent) -> dict[str, Call]:
-        return a.extra.setdefault("latest", {})
-
-    # -- ctl --
-    def apply(self, a: Agent, text: str) -> Any:
-        """Check every command of one write, then apply them all, or raise; None once
-        saved, or an awaitable of that (sessions.SessionStore.change): a write that cannot
-        be saved is undone and fails with the reason.  Unloaded tools' runs end once the
-        unload is saved."""
-        try:
-            cmds = ctl.parse(text)
-            loaded = set(a.loaded)               # as it will be when each line runs
-            for verb, names in cmds:
-                for n in names:
-                    if verb == "tool_load" and self.registry.get(n) is None:
-                        more = self.registry.why_missing(n)
-                        raise P9Error(fit("tool_load: ", f"no such tool: {n}"
-                                          + (f": {more}" if more else ""), ""))
-                    if verb != "tool_load" and n not in loaded:
-                        raise P9Error(fit(f"{verb}: ", f"no such tool loaded: {n}", ""))
-                loaded = (loaded | set(names) if verb == "tool_load" else
-                          loaded - set(names) if verb == "tool_unload" else loaded)
-        except P9Error as e:
-            a.note(f"ctl {text.strip()!r} -> error: {e.full}")
-            raise
-        old = list(a.loaded)
-        unloaded: list[str] = []
-        for verb, names in cmds:
-            if verb == "tool_load":
-                a.loaded += [n for n in dict.fromkeys(names) if n not in a.loaded]
-            elif verb == "tool_unload":
-                unloaded += names
-                a.loaded[:] = [n for n in a.loaded if n not in names]
-            else:
-                self.sched.kill(a, set(names))
-                self._end_residents(a, names, "cancelled")
-            a.note(f"ctl {verb} {' '.join(names)} -> ok")
-        if not any(v != "cancel" for v, _ in cmds):
-            return None                               # nothing to save
-        new = list(a.loaded)
-
-        def undo() -> None:                           # not saved: as it was, runs untouched
-            if a.loaded == new:
-                a.loaded[:] = old
-            a.note(f"ctl {text.strip()!r} -> undone: state not saved")
-
-        def done() -> None:                           # saved: the unloaded tools' runs end
-            if unloaded:
-                self.sched.kill(a, set(unloaded))
-                self._end_residents(a, unloaded, "unloaded")
-        return self.store.change(a.session, undo, done)
-
-    def _end_residents(self, a: Agent, names: list[str], why: str) -> None:
-        self.sched.residents.drop(a, [self.registry.get(n) for n in names], why)
-
-    # -- call --
-    def begin(self, a: Agent, tool_name: str, args: Any) -> Call:
-        """Validate args and start the call, or raise the Rerror for the writer."""
-        tool = self.registry.get(tool_name)
-        if tool is None or tool_name not in a.loaded:
-            raise P9Error(f"no such tool: {tool_name}")
-        try:
-            if not isinstance(args, dict):
-                raise P9Error(fit("invalid args: ", "must be a JSON object"))
-            elevated = take_elevated(args)
-            validate(tool, args)
-        except P9Error as e:
-            self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
-            a.note(f"call {tool_name} {_short(args)} -> {e.full}")
-            raise
-        text = _to_json(args)       # the log line's, and the tool's stdin
-        c = Call(tool_name, a, args, elevated)
-        try:
-            c.stdin = text.encode()
-        except UnicodeEncodeError:       # a lone surrogate ("\ud800"): stdin escapes it
-            c.stdin = json.dumps(args).encode()
-        self.sched.start(c, tool, a.session.sandbox)
-        self.latest(a)[tool_name] = c
-        a.note(f"call {tool_name} {_clip(text)}{' elevated' if elevated else ''} -> started")
-        return c
-
-    async def close(self) -> None:
-        await self.sched.close()
-
-
-_to_json = json.JSONEncoder(ensure_ascii=False).encode   # json.dumps would make one a call
-
-
-def _short(args: Any) -> str:
-    return _clip(_to_json(args))
-
-
-def _clip(s: str) -> str:
-    return s if len(s) <= 200 else s[:197] + "..."
 
 
 TOOL_FILES = ("call", "out", "err", "status")

@@ -1,0 +1,144 @@
+"""The calls of the agents: a ctl write applied, a call begun, an agent's schemas.
+
+Calls is what the agent's files (tree/agent.py) ask: apply() checks every command of one
+ctl write and then applies them all (tool_load, tool_unload, cancel) or raises, and
+answers once the store has saved the change (sessions.SessionStore.change; a change that
+cannot be saved is undone); begin() validates a call's JSON args against the tool's
+schema and hands the Call to the scheduler (scheduler.py), or raises the Rerror for the
+writer; latest() is each tool's latest call, which out, err and status read.  Every
+outcome is a line in the agent's log.  It is given what it needs (the registry, the
+store, the runner and the scheduler's limits), not the App.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import ctl
+from .scheduler import Call, Scheduler, invalid_call
+from ...errors import P9Error
+from .jsonargs import fit, take_elevated, validate
+from ..state.sessions import Agent, SessionStore
+
+MAX_ARGS = 1 << 20  # bytes of JSON args one call may write (default of --max-args)
+
+
+class Calls:
+    """The calls of the agents: their ctl commands, their calls begun, the scheduler."""
+
+    def __init__(self, registry: Any, store: SessionStore, runner: Any, *, max_runs: int,
+                 max_queued: int = 1024, addr: str = "", connect: Any = None,
+                 per_session: int | None = None, per_agent: int | None = None,
+                 max_args: int = MAX_ARGS) -> None:
+        self.registry = registry
+        self.store = store
+        self.sched = Scheduler(runner, registry, max_runs=max_runs, max_queued=max_queued,
+                               addr=addr, connect=connect, per_session=per_session,
+                               per_agent=per_agent)
+        self.max_args = max_args
+        self.store.on_remove_agent.append(lambda a: self.sched.kill(a))
+        self.store.on_remove_agent.append(self.sched.residents.drop_agent)
+
+    def schemas(self, a: Agent) -> list[dict]:
+        out = []
+        for n in a.loaded:
+            t = self.registry.get(n)
+            if t is not None:
+                out.append({"name": n, "description": t.description, "prompt": t.prompt,
+                            "parameters": t.schema, "tier": t.tier, "readOnly": t.read_only})
+        return out
+
+    def latest(self, a: Agent) -> dict[str, Call]:
+        return a.extra.setdefault("latest", {})
+
+    # -- ctl --
+    def apply(self, a: Agent, text: str) -> Any:
+        """Check every command of one write, then apply them all, or raise; None once
+        saved, or an awaitable of that (sessions.SessionStore.change): a write that cannot
+        be saved is undone and fails with the reason.  Unloaded tools' runs end once the
+        unload is saved."""
+        try:
+            cmds = ctl.parse(text)
+            loaded = set(a.loaded)               # as it will be when each line runs
+            for verb, names in cmds:
+                for n in names:
+                    if verb == "tool_load" and self.registry.get(n) is None:
+                        more = self.registry.why_missing(n)
+                        raise P9Error(fit("tool_load: ", f"no such tool: {n}"
+                                          + (f": {more}" if more else ""), ""))
+                    if verb != "tool_load" and n not in loaded:
+                        raise P9Error(fit(f"{verb}: ", f"no such tool loaded: {n}", ""))
+                loaded = (loaded | set(names) if verb == "tool_load" else
+                          loaded - set(names) if verb == "tool_unload" else loaded)
+        except P9Error as e:
+            a.note(f"ctl {text.strip()!r} -> error: {e.full}")
+            raise
+        old = list(a.loaded)
+        unloaded: list[str] = []
+        for verb, names in cmds:
+            if verb == "tool_load":
+                a.loaded += [n for n in dict.fromkeys(names) if n not in a.loaded]
+            elif verb == "tool_unload":
+                unloaded += names
+                a.loaded[:] = [n for n in a.loaded if n not in names]
+            else:
+                self.sched.kill(a, set(names))
+                self._end_residents(a, names, "cancelled")
+            a.note(f"ctl {verb} {' '.join(names)} -> ok")
+        if not any(v != "cancel" for v, _ in cmds):
+            return None                               # nothing to save
+        new = list(a.loaded)
+
+        def undo() -> None:                           # not saved: as it was, runs untouched
+            if a.loaded == new:
+                a.loaded[:] = old
+            a.note(f"ctl {text.strip()!r} -> undone: state not saved")
+
+        def done() -> None:                           # saved: the unloaded tools' runs end
+            if unloaded:
+                self.sched.kill(a, set(unloaded))
+                self._end_residents(a, unloaded, "unloaded")
+        return self.store.change(a.session, undo, done)
+
+    def _end_residents(self, a: Agent, names: list[str], why: str) -> None:
+        self.sched.residents.drop(a, [self.registry.get(n) for n in names], why)
+
+    # -- call --
+    def begin(self, a: Agent, tool_name: str, args: Any) -> Call:
+        """Validate args and start the call, or raise the Rerror for the writer."""
+        tool = self.registry.get(tool_name)
+        if tool is None or tool_name not in a.loaded:
+            raise P9Error(f"no such tool: {tool_name}")
+        try:
+            if not isinstance(args, dict):
+                raise P9Error(fit("invalid args: ", "must be a JSON object"))
+            elevated = take_elevated(args)
+            validate(tool, args)
+        except P9Error as e:
+            self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
+            a.note(f"call {tool_name} {_short(args)} -> {e.full}")
+            raise
+        text = _to_json(args)       # the log line's, and the tool's stdin
+        c = Call(tool_name, a, args, elevated)
+        try:
+            c.stdin = text.encode()
+        except UnicodeEncodeError:       # a lone surrogate ("\ud800"): stdin escapes it
+            c.stdin = json.dumps(args).encode()
+        self.sched.start(c, tool, a.session.sandbox)
+        self.latest(a)[tool_name] = c
+        a.note(f"call {tool_name} {_clip(text)}{' elevated' if elevated else ''} -> started")
+        return c
+
+    async def close(self) -> None:
+        await self.sched.close()
+
+
+_to_json = json.JSONEncoder(ensure_ascii=False).encode   # json.dumps would make one a call
+
+
+def _short(args: Any) -> str:
+    return _clip(_to_json(args))
+
+
+def _clip(s: str) -> str:
+    return s if len(s) <= 200 else s[:197] + "..."

@@ -1,0 +1,209 @@
+"""The session directories: session/<id>/{cwd,sandbox,agent/<name>/...}.
+
+A session's and an agent's directory are kept nodes (node.FixedDir, kept on the model's
+Session and Agent) made on first walk; mkdir makes a session or an agent and is answered
+once the store has saved it (after_save), and so is the rm that ends one.  cwd and
+sandbox are ValueFiles: a write replaces the value through the store.  Files inside a
+session answer Tremove with success and no effect, so that `rm -r session/<id>` through
+9pfuse (which unlinks every file before the directory) works; removing the session or
+agent directory is what ends it.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any, Callable
+
+from toolsrv.proto import DMDIR, DMTMP
+
+from .. import errors as E
+from ..errors import P9Error
+from .state.sessions import Agent, Session
+from .node import Committed, Dir_, FixedDir, Node, changes, snapshot_read
+
+if TYPE_CHECKING:
+    from .root import ToolsrvFS
+
+VALUE_MAX = 4096   # bytes of a cwd or sandbox value (PATH_MAX)
+
+
+class SessionRoot(Dir_):
+    """session/: one directory per session; mkdir creates one."""
+
+    perm = 0o777
+
+    def __init__(self, name: str, qpath: int, parent: Node, fs: ToolsrvFS) -> None:
+        super().__init__(name, qpath, parent)
+        self.fs = fs
+
+    def children(self) -> list[Node]:
+        return [self._node(s) for s in self.fs.store.sessions.values()]
+
+    def lookup(self, name: str) -> Node | None:
+        s = self.fs.store.sessions.get(name)
+        return self._node(s) if s else None
+
+    def _node(self, s: Session) -> "SessionDir":
+        node = s.node        # kept by the session: see node.py
+        if node is None:
+            node = s.node = SessionDir(s, self.fs.q("session", s.name, s.serial), self, self.fs)
+        return node
+
+    def create(self, name: str, perm: int, mode: int, fid: Any) -> Any:
+        if not perm & DMDIR:
+            raise P9Error(E.ECREATE)
+        return after_save(self.fs.store.create(name, temporary=bool(perm & DMTMP)),
+                          self._node)
+
+
+class SessionDir(FixedDir):
+    perm = 0o777
+    NAMES = ("cwd", "sandbox", "agent")
+
+    def __init__(self, s: Session, qpath: int, parent: Node, fs: ToolsrvFS) -> None:
+        super().__init__(s.name, qpath, parent)
+        self.s, self.fs = s, fs
+
+    def alive(self) -> bool:
+        return self.s.alive
+
+    def remove(self) -> Any:
+        s = self.s
+        return after_save(self.fs.store.remove(s.name),
+                          lambda _: self.fs.qids.forget(("session", s.name, s.serial)))
+
+    def paths(self) -> list[int]:
+        s = self.s
+        return [self.fs.q("session", s.name, s.serial, n) for n in self.NAMES]
+
+    def make(self, name: str, qpath: int) -> Node:
+        s, st = self.s, self.fs.store
+        if name == "agent":
+            return AgentRoot("agent", qpath, self, self.fs)
+        if name == "cwd":
+            return ValueFile("cwd", qpath, self, lambda: s.cwd, lambda v: st.set_cwd(s, v))
+        return ValueFile("sandbox", qpath, self, lambda: s.sandbox,
+                         lambda v: st.set_sandbox(s, v))
+
+
+class AgentRoot(Dir_):
+    """session/<id>/agent/: one directory per agent; mkdir creates one."""
+
+    perm = 0o777
+
+    def __init__(self, name: str, qpath: int, parent: SessionDir, fs: ToolsrvFS) -> None:
+        super().__init__(name, qpath, parent)
+        self.s, self.fs = parent.s, fs
+
+    def remove(self) -> None:
+        return None  # rm -r unlinks it before the session; the session's removal ends it
+
+    def _node(self, a: Agent) -> "AgentDir":
+        node = a.node        # kept by the agent: see node.py
+        if node is None:
+            s = self.s
+            node = a.node = AgentDir(a, self.fs.q("session", s.name, s.serial, "agent",
+                                                  a.name, a.serial), self, self.fs)
+        return node
+
+    def children(self) -> list[Node]:
+        return [self._node(a) for a in self.s.agents.values()]
+
+    def lookup(self, name: str) -> Node | None:
+        a = self.s.agents.get(name)
+        return self._node(a) if a else None
+
+    def create(self, name: str, perm: int, mode: int, fid: Any) -> Any:
+        if not perm & DMDIR:
+            raise P9Error(E.ECREATE)
+        return after_save(self.fs.store.create_agent(self.s, name), self._node)
+
+
+class AgentDir(FixedDir):
+    perm = 0o777
+
+    def __init__(self, a: Agent, qpath: int, parent: AgentRoot, fs: ToolsrvFS) -> None:
+        super().__init__(a.name, qpath, parent)
+        self.a, self.fs = a, fs
+        files = fs.agent_files
+        self.NAMES = files.NAMES if files is not None else ()
+
+    def key(self, *rest: Any) -> int:
+        """The qid path of one of the agent's files (built once: the nodes are kept)."""
+        a, s = self.a, self.a.session
+        return self.fs.q("session", s.name, s.serial, "agent", a.name, a.serial, *rest)
+
+    def alive(self) -> bool:
+        return self.a.alive
+
+    def remove(self) -> Any:
+        return after_save(self.fs.store.remove_agent(self.a.session, self.a.name), None)
+
+    def paths(self) -> list[int]:
+        return [self.key(n) for n in self.NAMES]
+
+    def make(self, name: str, qpath: int) -> Node:
+        return self.fs.agent_files.entry(self, name, qpath)
+
+
+def after_save(made: Any, fn: Callable[[Any], Any] | None) -> Any:
+    """fn(made), or, when the store's change is made and still being saved (an
+    awaitable), a Committed of it: the reply waits for the state to be on disk
+    (sessions.py), and a flush does not cancel a change that took effect."""
+    if not inspect.isawaitable(made):
+        return made if fn is None else fn(made)
+
+    async def wait() -> Any:
+        got = await made
+        return got if fn is None else fn(got)
+    return Committed(wait())
+
+
+class ValueFile(Node):
+    """A one-line read-write setting (cwd, sandbox), applied on each Twrite.
+
+    A fid's writes accumulate (so a value split over Twrites still arrives
+    whole) and the stripped text is validated and applied at once, so the
+    error reaches the writer.  Empty text is a truncate, never an action.
+    """
+
+    perm = 0o666
+
+    def __init__(self, name: str, qpath: int, parent: Node,
+                 get: Callable[[], str], put: Callable[[str], Any]) -> None:
+        super().__init__(name, qpath, parent)
+        self.get, self.put = get, put
+
+    def _text(self) -> bytes:
+        return f"{self.get()}\n".encode()
+
+    def length(self) -> int:
+        return len(self._text())
+
+    def version(self) -> int:
+        return changes(self)(self.qpath, self.get())[0]
+
+    def mtime(self) -> int:
+        return changes(self)(self.qpath, self.get())[1]
+
+    def read(self, fid: Any, offset: int, count: int) -> bytes:
+        return snapshot_read(fid, self._text, offset, count)
+
+    def write(self, fid: Any, offset: int, data: bytes) -> int:
+        buf = fid.aux.setdefault("wbuf", bytearray())
+        buf += data
+        if len(buf) > VALUE_MAX:
+            del fid.aux["wbuf"]
+            raise P9Error(f"{self.name}: value longer than {VALUE_MAX} bytes: too long")
+        try:
+            value = buf.decode().strip()
+        except UnicodeDecodeError:
+            raise P9Error(f"{self.name}: illegal UTF-8") from None
+        if value:
+            return after_save(self.put(value), lambda _: len(data))
+        return len(data)
+
+    def truncate(self, fid: Any) -> None:
+        fid.aux.pop("wbuf", None)
+
+    def remove(self) -> None:
+        return None
