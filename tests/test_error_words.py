@@ -365,8 +365,9 @@ SCAN = Scan().run()
 def test_the_scan_follows_every_error_it_finds():
     assert SCAN.unfollowed == []
     files = {t.where.split(":")[0] for t in SCAN.templates}
-    for f in ("server.py", "toolfile.py", "calls.py", "runner.py", "sessions.py", "ctl.py",
-              "transport.py", "fs.py", "node.py", "auth.py", "app.py", "jsonargs.py"):
+    for f in ("server.py", "agent.py", "apply.py", "scheduler.py", "runner.py", "sessions.py",
+              "ctl.py", "transport.py", "root.py", "sessiondirs.py", "scope.py", "node.py",
+              "auth.py", "peers.py", "jsonargs.py"):
         assert f in files, f"no error strings found in {f}: the scan lost its way"
     assert SCAN.sinks > 100 and len(SCAN.templates) > 100
 

@@ -248,7 +248,7 @@ class App:
         self._start_hosts(specs, state)
         launcher = lambda: getattr(getattr(self.runner, "launcher", None), "zygote_pid", None)
         self.gate = Gate(opts.max_conns, opts.max_conns_per_peer,
-                         PeerPolicy(opts.allow_uids, launcher))
+                         PeerPolicy(opts.allow_uids, launcher).peer_check)
 
         def factory(config: ServerConfig) -> Any:
             return lambda: NinePProtocol(self.fs, config, self.conns, self.gate,

@@ -1,6 +1,9 @@
 """Plan 9 error strings, declared once, and the errno 9pfuse will map them to.
 
-Every Rerror the server sends is a `P9Error(ename)`.  9pfuse turns an ename
+Every Rerror the server sends carries one of these strings: a handler raises
+`P9Error(ename)`, and the 9P core answers with a constant of this module directly
+where no handler runs (an unknown type, a duplicate tag, a flushed request, a reply that
+cannot be encoded, a refused connection).  9pfuse turns an ename
 into an errno by case-insensitive substring match against the table in
 plan9port's src/cmd/9pfuse/errstr.c, first table entry wins, ERANGE when
 nothing matches.  `errno_for()` reproduces that table so the tests can prove

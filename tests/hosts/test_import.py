@@ -250,7 +250,7 @@ def test_hosts_ctl_imports_at_runtime_and_the_state_keeps_it():
 
 
 def test_a_tools_scoped_connection_may_not_write_hosts_ctl(front):
-    """client_9p's connection (fs.AgentScope) reads hosts/ctl but never imports."""
+    """client_9p's connection (scope.AgentScope) reads hosts/ctl but never imports."""
     from toolsrv.tree.scope import AgentScope
     from toolsrv.tree.node import Dir_
     a, _ = front

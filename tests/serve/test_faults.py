@@ -155,7 +155,7 @@ def fds() -> int:
 
 def test_client_gone_mid_call_the_run_still_ends_into_out(tools):
     """Gone after writing: the run finishes into out.  Gone while reading the result: as
-    with any hang-up, 9P flushes that read, and a flushed read kills its run (DESIGN.md),
+    with any hang-up, 9P flushes that read, and a flushed read kills its run (toolsrv(4)),
     which ends as `killed`.  Either way the call ends, and nothing is left behind."""
     app = AppThread([tools]).start()
     try:

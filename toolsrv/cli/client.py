@@ -318,7 +318,7 @@ class Client:
         the whole answer (toolsrv's files are snapshots: a read comes back short only at
         the end, toolsrv(4)); a full one is followed by reads to end of file.  This
         relies on toolsrv handling one connection's requests in order and on its writes
-        finishing on the Twrite (DESIGN.md: every action fails or succeeds there), so the
+        finishing on the Twrite (toolsrv(4): every action fails or succeeds there), so the
         Tread sees the write's effect.  A path deeper than 16 names or data longer than one
         Twrite takes the one-request-at-a-time way."""
         names = tuple(p for p in path.split("/") if p not in ("", "."))

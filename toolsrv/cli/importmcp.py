@@ -51,7 +51,7 @@ class ImportError_(Exception):
 
 
 class _Pipe:
-    """import-mcp's side of the server's stdio: what mcpproto.Client needs."""
+    """import-mcp's side of the server's stdio: what tree/resident/mcp.py's Client needs."""
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc

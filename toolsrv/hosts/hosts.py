@@ -13,7 +13,7 @@ server).  One made through hosts/ctl names no file: it dials with the server's o
 client credentials ($TOOLSRV_TLS_CA, $TOOLSRV_TLS_CERT/_KEY, $TOOLSRV_SECRET_FILE), since
 a client may not make the server open a path of its choosing (SECURITY.md).  hosts/ctl is
 written only by a client of the server itself (a tool's scoped connection may not:
-fs.AgentScope).  Runtime imports and unimports are saved at once; a command-line import
+scope.AgentScope).  Runtime imports and unimports are saved at once; a command-line import
 comes back on every start, whatever was unimported at runtime.
 """
 from __future__ import annotations

@@ -88,7 +88,7 @@ class Spec(Record):
 
 
 class RemoteResult(Record):
-    """What the remote's call left: as a RunResult reads to calls.py and toolfile.py."""
+    """What the remote's call left: as a RunResult reads to scheduler.py and agent.py."""
     FIELDS = ("stdout", "stderr", "exit_code", "truncated", "signal", "error", "timed_out",
               "cancelled")
 

@@ -10,7 +10,7 @@
 # sys.orig_argv.  Anything else it cannot honour gets a reason instead — flags for the
 # interpreter, -m or -c — and the call starts cold.  The script itself is never opened,
 # stat'ed or followed here (issue 25): `python3 job.py` names a file in the session's cwd,
-# which the model can replace, so only the call's confined child reads it (warminit.py),
+# which the model can replace, so only the call's confined child reads it (run/init/warm.py),
 # and a missing one fails as a cold start's does.  The #! line read is of a tool's own
 # executable, in a tools directory (the operator's configuration, as its .meta is), opened
 # without blocking and only when it is a regular file.

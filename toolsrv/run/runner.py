@@ -2,19 +2,21 @@
 #
 # Theory of operation.  Runner.run() checks the call may run (Landlock present, or the
 # profile is best_effort; an elevated call needs the broker's yes), takes a fresh private
-# directory from _Scratch, resolves the profile for this call, and hands a spawn request to
-# the zygote through the Launcher (toolsrv/run/launcher.py, toolsrv/run/init/zygote.py: a small process
-# started by Runner.start(); the server itself never forks).  The server keeps its ends of
-# the three pipes and pumps them from the event loop: stdin written without blocking, stdout
-# and stderr read in 64 KiB chunks into buffers capped per stream.  One deadline covers the
-# whole call.
+# directory from _Scratch, resolves the profile for this call, asks warmplan.py whether it
+# starts warm, and hands the spawn request through the Launcher (toolsrv/run/launcher.py)
+# straight to an idle init (toolsrv/run/init/cold.py, pid 1 of a PID namespace of its own,
+# or a warm one, toolsrv/run/init/warm.py); the zygote (toolsrv/run/init/zygote.py, started
+# by Runner.start()) only forks inits ahead, off a call's path, and the server itself never
+# forks.  The server keeps its ends of the three pipes and pumps them from the event loop
+# (pumps.py): stdin written without blocking, stdout and stderr read in 64 KiB chunks into
+# buffers capped per stream.  One deadline covers the whole call.
 #
-# Every way a run can end early goes through the zygote's kill, which SIGKILLs the run's PID
-# namespace (or, without namespaces, its process group and adopted orphans): timeout, an
-# output cap hit, cancellation of the caller's task, close().  Invariants: the server holds
-# at most cap + 64 KiB per stream; a run's directory is removed only after the zygote has
-# reported the run's namespace empty (nothing is still writing in it); a cancelled run()
-# sends the kill before it re-raises CancelledError.
+# Every way a run can end early is the Launcher's kill: SIGKILL to the run's init through
+# its pidfd, which ends the run's whole PID namespace: timeout, an output cap hit,
+# cancellation of the caller's task, close().  Invariants: the server holds at most cap +
+# 64 KiB per stream; a run's directory is removed only after the init has reported, or its
+# pidfd shown, the run's namespace empty (nothing is still writing in it); a cancelled
+# run() sends the kill before it re-raises CancelledError.
 from __future__ import annotations
 
 import ast

@@ -42,13 +42,14 @@ def descends_from(pid: int, ancestor: int, limit: int = 128) -> bool:
 
 
 class PeerPolicy:
-    """Why a peer may not connect (an Rerror string), or None: the Gate's check."""
+    """Who may connect through the listeners: peer_check is the Gate's check."""
 
     def __init__(self, allow_uids: Any, zygote_pid: Callable[[], int | None]) -> None:
         self.allow_uids = allow_uids
         self.zygote_pid = zygote_pid   # the launcher's pid now (it may be restarted)
 
-    def __call__(self, peer: Peer) -> str | None:
+    def peer_check(self, peer: Peer) -> str | None:
+        """Why a peer may not connect (an Rerror string), or None."""
         if peer.kind != "unix":
             return None          # TCP: the shared secret (auth.py), checked at attach
         if peer.uid is None:

@@ -13,8 +13,13 @@ does:
 - a client that never reads its replies: once the socket's write buffer is
   above its high-water mark we stop handling its queued requests and stop
   reading its socket, so what it holds is one read (256 KiB) of requests,
-  the buffer, and at most `max_inflight` blocked replies;
-- a malformed frame closes that connection only.
+  the buffer, and at most `max_inflight` blocked replies.
+
+What closes a connection: a frame whose framing is broken (the codec's ProtocolError),
+a partial frame stalled longer than `frame_timeout`, a refused client once its first
+request is answered (or REFUSED_LINGER seconds without one), and the peer's hang-up.  A
+frame that is sound but whose content is bad (a `Malformed`) is answered with Rerror and
+the connection goes on.
 
 `Gate` admits connections: a total limit, a limit per peer (uid for Unix
 sockets, host for TCP) and the server's peer check (SO_PEERCRED).  A refused
@@ -22,7 +27,7 @@ client is not just dropped: its first request is answered with an Rerror
 saying why (`resource busy: too many connections ...`, `permission denied:
 ...`), then the connection closes.
 
-`serve()` opens the listeners: a Unix socket (directory 0700, socket 0600,
+`listen()` opens the listeners: a Unix socket (directory 0700, socket 0600,
 a stale socket file replaced, a live one refused) and optionally TCP, plain or
 inside TLS (tls.py), which must be loopback unless explicitly allowed.
 """

@@ -6,9 +6,9 @@
 # execs that interpreter, exactly as a cold run would start it, with BOOT as its program.
 # It stays pid 1 of its PID namespace and in its cgroup.  BOOT notes what a pristine
 # interpreter has loaded, imports the warmed modules (WARMED), then loads this module and
-# the few it needs (landlock, seccomp, fdpass, rules) from a memfd the cold init filled (so
-# nothing comes from sys.path, and no file of toolsrv need be readable by the tools' uid),
-# and calls serve().
+# the few it needs (SOURCES: landlock, seccomp, wire, rules, confine, reap) from a memfd
+# the cold init filled (so nothing comes from sys.path, and no file of toolsrv need be
+# readable by the tools' uid), and calls serve().
 #
 # serve() is the init's loop: a run arrives on the socket (the same request and fds as a
 # cold run, plus "warm": the script, its argv), in two parts.  The init reads only the
@@ -64,8 +64,8 @@ SOURCES = ("toolsrv.run.kernel.landlock", "toolsrv.run.init.wire", "toolsrv.run.
 # argv: -c BOOT <socket fd> <memfd> <WARMED, comma-separated>
 # LOAD makes BOOT's modules from the memfd alone: their packages first (empty, so an import
 # of toolsrv, toolsrv.run or its folders init/ and kernel/ never searches sys.path: the
-# tools' interpreter cannot import toolsrv, and must not find another), then each module, with __package__ set so its
-# relative imports resolve among them.  It needs nothing importable but the standard library.
+# tools' interpreter cannot import toolsrv, and must not find another), then each module,
+# with __package__ set so its relative imports resolve among them.  It needs nothing importable but the standard library.
 LOAD = """\
 import sys as _s
 _p = list(_s.path)

@@ -4,8 +4,9 @@
 #   landlock_create_ruleset(attr, size, flags) -> fd   (flags=VERSION: returns the ABI)
 #   landlock_add_rule(fd, type, attr, 0)               (a path or a TCP port rule)
 #   landlock_restrict_self(fd, 0)                      (after prctl(NO_NEW_PRIVS))
-# The launcher (toolsrv.run.init.zygote) calls build_ruleset() for each run, then restrict_self() in
-# the thread that will spawn the tool (Landlock binds the calling thread only).
+# An init builds each run's ruleset (rules.py's RuleCache, over a PathCache of this module),
+# then restrict_self() in the thread that will spawn the tool, or in a warm init's forked
+# child (confine.py; Landlock binds the calling thread only).
 #
 # A ruleset cannot be reused across runs (each has its own {TMPDIR}, and rules can be added
 # to a ruleset but never removed), so the cost is in building it: PathCache keeps O_PATH fds

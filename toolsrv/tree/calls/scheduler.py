@@ -12,7 +12,8 @@ shared fairly (slots.py): a session, and an agent within it, holds at most
 its share, and a freed slot goes to the waiting call whose session holds the
 fewest.  A call waiting for a slot or the lock is `queued`.  Killing (flush of the reading fid, `cancel`,
 `tool_unload`, removal of the agent or session, shutdown) cancels the task,
-and the runner kills the whole process group before the task ends.  A call
+and the runner kills the run's whole PID namespace (SIGKILL to its init) before the task
+ends.  A call
 ended that way is over, not interrupted: its readers get `cancelled (input/output
 error)`, EIO through 9pfuse, which no program retries; `interrupted` (EINTR) is
 only ever the answer to the flushed request itself (server.py).

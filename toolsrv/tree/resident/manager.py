@@ -6,7 +6,7 @@ files of one agent that name the same MCP server share one process) and gives ea
 of that tool to the entry's process, starting it first when there is none:
   - start: `Runner.open_resident`, confined as a cold run is, in the session's cwd and
     sandbox; a change of either restarts the process at the next call;
-  - a call: `run.resident.lines_call`, or `tools/call` through `run.mcpproto.Client`
+  - a call: `process.lines_call`, or `tools/call` through `mcp.Client`
     (initialized once per process); calls of one entry run one at a time, in order (the
     entry's lock is FIFO);
   - an outcome: {"output"} is `ok`; {"error"} (or an MCP error) is `error`, its text the

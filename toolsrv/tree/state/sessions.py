@@ -86,7 +86,7 @@ class Agent(Plain):
         self.loaded: list[str] = [] if loaded is None else loaded
         self.log = bytearray() if log is None else log   # newline-ended lines, oldest first
         self.extra: dict[str, Any] = {} if extra is None else extra  # per-tool call state
-        self.alive = alive                                             # (toolfile.py)
+        self.alive = alive                                             # (agent.py)
         self.node: Any = None     # its directory in the tree, kept by fs.py (not state)
 
     def note(self, line: str) -> None:
