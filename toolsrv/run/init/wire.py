@@ -5,6 +5,22 @@
 # same way: into a buffer made once (recvmsg(MAX) would allocate MAX bytes and shrink them
 # for every packet), with MSG_CMSG_CLOEXEC (socket.recv_fds drops the flags in 3.11), and
 # the fds taken out of every SCM_RIGHTS record.  Light on purpose: the launcher imports it.
+#
+# The packets, at most MAX_PACKET bytes each (one module holds the bound for all sides):
+#   server -> zygote   {"op": "spawn", "id", ...}  a run for an init forked for it
+#                      {"op": "spares", "n"}       fork this many idle inits ahead
+#                      {"op": "ping", "n"}         are you there (answered "pong")
+#   zygote -> server   {"op": "hello", ...}        what this host offers, once at start
+#                      {"op": "spare"}             an idle init: its socket and pidfd as fds
+#                      {"op": "init", "id"}        the init forked for request id (same fds)
+#                      {"op": "error", "id", "error"}  request id could not be handed over
+#                      {"op": "pong", "n"}
+#   server -> init     {"op": "spawn", ...}        one run (run/runner.py _spawn_message)
+#                      {"op": "warm", ...}         become a warm init first (run/warmplan.py)
+#   init -> server     b"S<wait status>"           the run ended, nothing of it left
+#                      b"E<json reason>"           a step of the launch failed
+#                      b"W<bytecode magic>"        a warm init is up (then it takes the run)
+#                      b"F<json reason>"           it could not become warm, and ends
 from __future__ import annotations
 
 import socket
