@@ -14,8 +14,9 @@ A call (calls.py hands a RemoteTool's call to `run_call`) runs on the remote und
 session and agent of its own for each local agent: the session is FRONT-SESSION (FRONT
 is this server's id, hosts.py: its host name and a random part kept in the state, so
 two fronts never collide), the agent the local agent's name.  They are made once per
-connection, the tool loaded once, then the args go to its `call` file in one rdwr and the
-result, or the Rerror, comes back; `status`, `err` (and `out` after a failure) follow.
+connection, the tool loaded once (nothing is asked of the remote for that afterwards), then
+the args go to its `call` file and the result, or the Rerror, comes back with the call's
+`err` in the same round trip (ninep.call); only a failed call asks for `status` and `out`.
 Killing the local call (flush, cancel, unload, removal, shutdown) cancels the rdwr,
 which Tflushes it there: the remote kills its run.
 
@@ -36,6 +37,7 @@ from ..errors import P9Error
 from ..record import Record
 from ..registry.names import NAME_MAX, valid_name
 from ..serve import dial
+from ..tree.jsonargs import fit
 from .ninep import NineP, NinePError
 from .remote import MAX_TOOLS, BadRemoteTool, make
 
@@ -117,6 +119,7 @@ class Import:
         self.why = "not connected yet"
         self.task: asyncio.Task | None = None
         self.made: set[tuple[str, str]] = set()
+        self.sessions: set[str] = set()   # remote sessions made (or found) on this connection
         self.loaded: set[tuple[str, str, str]] = set()
         self.ntools = 0
         self.served: dict[str, Any] = {}  # the tools last served: held while unreachable
@@ -166,7 +169,7 @@ class Import:
             try:
                 nine = await asyncio.wait_for(self._dial(), DIAL_TIMEOUT)
                 log.info("%s: connected to %s", self.spec.name, self.spec.addr)
-                self.made, self.loaded = set(), set()
+                self.made, self.loaded, self.sessions = set(), set(), set()
                 await self._follow(nine)
             except asyncio.CancelledError:
                 raise
@@ -242,12 +245,14 @@ class Import:
         """The local agent is gone (its runs are killed already): remove its agent there,
         and the remote session with the local one (`whole`); in the background, bounded."""
         rs = remote_session(self.front, agent.session.name)
-        if (rs, agent.name) not in self.made or self.nine is None:
+        if self.nine is None or (rs, agent.name) not in self.made and not (
+                whole and rs in self.sessions):
             return
         self.made.discard((rs, agent.name))
         self.loaded = {x for x in self.loaded if x[:2] != (rs, agent.name)}
         paths = [f"session/{rs}"] if whole else [f"session/{rs}/agent/{agent.name}"]
         if whole:
+            self.sessions.discard(rs)
             self.made = {x for x in self.made if x[0] != rs}
             self.loaded = {x for x in self.loaded if x[0] != rs}
         task = asyncio.get_running_loop().create_task(self._remove(self.nine, paths))
@@ -274,8 +279,9 @@ class Import:
         rs, ra = remote_session(self.front, a.session.name), a.name
         base = f"session/{rs}/agent/{ra}"
         try:
-            await asyncio.wait_for(self._ready(nine, base, rs, ra, tool.remote_name),
-                                   LOAD_TIMEOUT)
+            if (rs, ra, tool.remote_name) not in self.loaded:     # once: no task after
+                await asyncio.wait_for(self._ready(nine, base, rs, ra, tool.remote_name),
+                                       LOAD_TIMEOUT)
         except NinePError as e:
             raise P9Error(f"input/output error: {self.spec.name}: {e}") from None
         except (OSError, asyncio.TimeoutError) as e:
@@ -285,9 +291,35 @@ class Import:
         path = f"{base}/tools/{tool.remote_name}"
         await self._forward(nine, call, path)
 
+    async def _session(self, nine: NineP, rs: str) -> None:
+        if rs not in self.sessions:
+            await nine.mkdir(f"session/{rs}")       # False: there already (a reconnection)
+            self.sessions.add(rs)
+
+    async def session_cwd(self, session: str, path: str | None = None) -> str:
+        """The cwd of the local session's calls here, on the remote (sessioncwd.py): its
+        remote session's `cwd`, set to `path` first when given.  Raises P9Error."""
+        nine = self.nine
+        if nine is None or not nine.alive:
+            raise P9Error(f"input/output error: {self.unreachable()}")
+        rs = remote_session(self.front, session)
+
+        async def ask() -> bytes:
+            await self._session(nine, rs)
+            if path is not None:
+                await nine.write(f"session/{rs}/cwd", path.encode() + b"\n")
+            return await nine.read(f"session/{rs}/cwd")
+        try:
+            text = await asyncio.wait_for(ask(), LOAD_TIMEOUT)
+        except NinePError as e:
+            raise P9Error(fit(f"{self.spec.name}: ", e.ename, "")) from None
+        except (OSError, asyncio.TimeoutError) as e:
+            raise P9Error(f"input/output error: {self.spec.name}: {e or 'no answer'}") from None
+        return text.decode("utf-8", "replace").strip()
+
     async def _ready(self, nine: NineP, base: str, rs: str, ra: str, tool: str) -> None:
         if (rs, ra) not in self.made:
-            await nine.mkdir(f"session/{rs}")
+            await self._session(nine, rs)
             await nine.mkdir(f"{base}")
             self.made.add((rs, ra))
         if (rs, ra, tool) not in self.loaded:
@@ -295,7 +327,7 @@ class Import:
             self.loaded.add((rs, ra, tool))
 
     async def _forward(self, nine: NineP, call: Any, path: str) -> None:
-        forward = asyncio.ensure_future(nine.rdwr(f"{path}/call", call.stdin or b"{}"))
+        forward = nine.call(f"{path}/call", call.stdin or b"{}", f"{path}/err")   # sent now
         killer = asyncio.ensure_future(call.kill.wait())
         try:
             await asyncio.wait({forward, killer}, return_when=asyncio.FIRST_COMPLETED,
@@ -314,33 +346,34 @@ class Import:
                 call.reason = f"timeout after {CALL_BOUND:g}s: {self.spec.name} did not answer"
             return
         try:
-            out, reason = forward.result(), None
-        except NinePError as e:
-            # the remote's string as sent (its errno words already defused: errors.defuse)
-            out, reason = None, " ".join(getattr(e, "ename", str(e)).split())[:240]
+            out, err = forward.result()
         except (OSError, EOFError) as e:
             call.result = RemoteResult()
             call.state = "failed"
             call.reason = f"input/output error: {self.spec.name} at {self.spec.addr}: " \
                           f"{e or 'hung up'} during the call"
             return
-        await self._finish(nine, call, path, out, reason)
+        if not isinstance(out, NinePError):      # ok: the remote's status would say "ok"
+            call.result, call.state, call.reason = RemoteResult(out, err, 0), "ok", None
+            return
+        # the remote's string as sent (its errno words already defused: errors.defuse)
+        reason = " ".join(getattr(out, "ename", str(out)).split())[:240]
+        await self._failed(nine, call, path, err, reason)
 
-    async def _finish(self, nine: NineP, call: Any, path: str, out: bytes | None,
-                      reason: str | None) -> None:
+    async def _failed(self, nine: NineP, call: Any, path: str, err: bytes,
+                      reason: str) -> None:
+        """A call that failed there: its `status` says how it ended, `out` what it printed."""
         async def fetch(f: str) -> bytes:
             try:
                 return await asyncio.wait_for(nine.read(f"{path}/{f}"), LOAD_TIMEOUT)
             except (NinePError, OSError, asyncio.TimeoutError):
                 return b""
-        status, err = await asyncio.gather(fetch("status"), fetch("err"))
-        if out is None:
-            out = await fetch("out")
+        status, out = await asyncio.gather(fetch("status"), fetch("out"))
         words = status.decode("utf-8", "replace").split()
         state = words[0].rstrip(":") if words else ""
         code = None
         if state == "exit" and len(words) > 1 and words[1].isdigit():
             code = int(words[1])
         call.result = RemoteResult(out, err, 0 if state == "ok" else code)
-        call.state = state if state in STATES else ("ok" if reason is None else "failed")
+        call.state = state if state in STATES and state != "ok" else "failed"
         call.reason = reason

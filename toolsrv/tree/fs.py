@@ -42,6 +42,7 @@ class ToolsrvFS:
         self.store = store
         self.revwait_timeout = revwait_timeout
         self.agent_files = agent_files   # .NAMES, .entry(agent dir, name, qid path) -> Node
+        self.session_hosts: Any = None   # session/<id>/hosts/ (toolsrv/hosts/sessioncwd.py)
         self.qids = Qids()
         self.attaches: list[tuple[str, str, str]] = []
         self._paths_at = -1          # the revision whose tools have qid paths (_tools_file)
@@ -250,7 +251,13 @@ class SessionRoot(Dir_):
 
 class SessionDir(FixedDir):
     perm = 0o777
-    NAMES = ("cwd", "sandbox", "agent")
+    BASE = ("cwd", "sandbox", "agent")
+
+    @property
+    def NAMES(self) -> tuple[str, ...]:   # type: ignore[override]
+        """And `hosts` while the server imports another host's tools (toolsrv/hosts)."""
+        h = self.fs.session_hosts
+        return self.BASE + ("hosts",) if h is not None and h.active() else self.BASE
 
     def __init__(self, s: Session, qpath: int, parent: Node, fs: ToolsrvFS) -> None:
         super().__init__(s.name, qpath, parent)
@@ -274,6 +281,8 @@ class SessionDir(FixedDir):
             return AgentRoot("agent", qpath, self, self.fs)
         if name == "cwd":
             return ValueFile("cwd", qpath, self, lambda: s.cwd, lambda v: st.set_cwd(s, v))
+        if name == "hosts":
+            return self.fs.session_hosts.node(self, qpath)
         return ValueFile("sandbox", qpath, self, lambda: s.sandbox,
                          lambda v: st.set_sandbox(s, v))
 
