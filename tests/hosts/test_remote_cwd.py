@@ -1,6 +1,7 @@
-"""A remote call's cwd and stderr through the front (issue 30): session/<id>/hosts/NAME is
-the local session's cwd on host NAME (the remote session's, read and set over 9P), and
-each call's err is that call's, fetched in the call's own round trip."""
+"""A remote call's cwd, stderr and bound through the front (issue 30): session/<id>/hosts/NAME
+is the local session's cwd on host NAME (the remote session's, read and set over 9P), each
+call's err is that call's, fetched in the call's own round trip, and a call the remote does
+not answer within the front's bound ends there and is killed on the remote."""
 from __future__ import annotations
 
 import os
@@ -14,13 +15,14 @@ from serverhelpers import stop_clean
 from hostshelpers import Server, wait_for
 
 PWD = ("#!/bin/sh\npwd\n", {"readOnly": True, "description": "where it runs"})
+SLEEPY = ("#!/bin/sh\necho started\nexec sleep 300\n", {"description": "sleeps"})
 NOISY = ('#!/bin/sh\nread a\necho "said $a" >&2\necho "$a"\n',
          {"readOnly": True, "description": "echoes, and says so on stderr"})
 
 
 @pytest.fixture(scope="module")
 def remote():
-    s = Server({"pwd": PWD, "noisy": NOISY}).start()
+    s = Server({"pwd": PWD, "noisy": NOISY, "sleepy": SLEEPY}).start()
     yield s
     s.cleanup()
 
@@ -108,5 +110,24 @@ def test_without_imports_a_session_has_no_hosts_directory():
         with Client.connect(a.addr) as c:
             c.mkdir("session/plain")
             assert [d.name for d in c.ls("session/plain")] == ["cwd", "sandbox", "agent"]
+    finally:
+        stop_clean(a)
+
+
+def test_a_call_past_the_fronts_bound_times_out_and_is_killed_there(monkeypatch, remote):
+    from toolsrv.hosts import imports
+    monkeypatch.setattr(imports, "CALL_BOUND", 1.0)
+    a = AppThread([tools_dir()], imports=[f"far={remote.addr}"]).start()
+    try:
+        with Client.connect(a.addr) as c:
+            assert wait_for(lambda: b"far.sleepy" in c.read("tools/index"))
+            base = agent(c, "b1", "far.sleepy")
+            with pytest.raises(ClientError, match="timeout after 1s: far did not answer"):
+                c.rdwr(f"{base}/tools/far.sleepy/call", b"{}")
+            assert c.read(f"{base}/tools/far.sleepy/status").startswith(b"timeout")
+            rs = remote_session(remote, "b1")
+            with Client.connect(remote.addr) as r:      # the flush killed the run there
+                assert wait_for(lambda: r.read(
+                    f"session/{rs}/agent/a/tools/sleepy/status").startswith(b"killed"))
     finally:
         stop_clean(a)

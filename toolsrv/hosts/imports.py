@@ -17,8 +17,9 @@ two fronts never collide), the agent the local agent's name.  They are made once
 connection, the tool loaded once (nothing is asked of the remote for that afterwards), then
 the args go to its `call` file and the result, or the Rerror, comes back with the call's
 `err` in the same round trip (ninep.call); only a failed call asks for `status` and `out`.
-Killing the local call (flush, cancel, unload, removal, shutdown) cancels the rdwr,
-which Tflushes it there: the remote kills its run.
+Killing the local call (flush, cancel, unload, removal, shutdown) cancels the forward,
+which Tflushes it there: the remote kills its run (`kill` is a KillEvent, whose set()
+cancels the forward itself: no task per call waits for it).
 
 Bounded: every wait on the remote (DIAL_TIMEOUT, LOAD_TIMEOUT; a call, whose timeout is
 the remote's, by CALL_BOUND), every read (MAX_READ bytes a file), the number of tools
@@ -99,6 +100,20 @@ class RemoteResult(Record):
         self.stdout, self.stderr, self.exit_code = stdout, stderr, exit_code
         self.truncated = self.signal = self.error = None
         self.timed_out = self.cancelled = False
+
+
+class KillEvent(asyncio.Event):
+    """A forwarded call's `kill` (calls.py sets it to end the call): setting it also runs
+    `on_set`, which cancels the forward at once, so no task waits on the event (a task and
+    asyncio.wait per call cost more than the rest of the forwarding)."""
+
+    def __init__(self, on_set: Any) -> None:
+        super().__init__()
+        self.on_set = on_set
+
+    def set(self) -> None:
+        super().set()
+        self.on_set()
 
 
 def remote_session(front: str, session: str) -> str:
@@ -328,30 +343,36 @@ class Import:
 
     async def _forward(self, nine: NineP, call: Any, path: str) -> None:
         forward = nine.call(f"{path}/call", call.stdin or b"{}", f"{path}/err")   # sent now
-        killer = asyncio.ensure_future(call.kill.wait())
-        try:
-            await asyncio.wait({forward, killer}, return_when=asyncio.FIRST_COMPLETED,
-                               timeout=CALL_BOUND)
-        finally:
-            killer.cancel()
-            if not forward.done():
+        why: list[str] = []
+
+        def stop(reason: str) -> None:
+            if not forward.done() and not why:
+                why.append(reason)
                 forward.cancel()              # a Tflush: the remote kills its run
-        if not forward.done() or forward.cancelled():
-            await asyncio.wait({forward}, timeout=5)
-            call.result = RemoteResult()
-            if call.kill.is_set():
-                call.state, call.reason = "killed", E.ECANCELLED
-            else:
-                call.state = "timeout"
-                call.reason = f"timeout after {CALL_BOUND:g}s: {self.spec.name} did not answer"
-            return
+        timer = asyncio.get_running_loop().call_later(CALL_BOUND, stop, "timeout")
+        was, call.kill = call.kill, KillEvent(lambda: stop("killed"))
+        if was.is_set():
+            call.kill.set()
         try:
-            out, err = forward.result()
+            out, err = await forward  # a cancel of this task cancels forward too: flushed
+        except asyncio.CancelledError:
+            if not why:
+                raise
         except (OSError, EOFError) as e:
             call.result = RemoteResult()
             call.state = "failed"
             call.reason = f"input/output error: {self.spec.name} at {self.spec.addr}: " \
                           f"{e or 'hung up'} during the call"
+            return
+        finally:
+            timer.cancel()
+        if why:
+            call.result = RemoteResult()
+            if why[0] == "killed":
+                call.state, call.reason = "killed", E.ECANCELLED
+            else:
+                call.state = "timeout"
+                call.reason = f"timeout after {CALL_BOUND:g}s: {self.spec.name} did not answer"
             return
         if not isinstance(out, NinePError):      # ok: the remote's status would say "ok"
             call.result, call.state, call.reason = RemoteResult(out, err, 0), "ok", None
