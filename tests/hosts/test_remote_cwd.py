@@ -131,3 +131,14 @@ def test_a_call_past_the_fronts_bound_times_out_and_is_killed_there(monkeypatch,
                     f"session/{rs}/agent/a/tools/sleepy/status").startswith(b"killed"))
     finally:
         stop_clean(a)
+
+
+def test_a_tools_scoped_connection_may_not_set_a_remote_cwd(front):
+    """client_9p's connection (fs.AgentScope) is refused the write, as the local cwd's."""
+    from toolsrv.tree.fs import AgentScope
+    a, c = front
+    agent(c, "sc", "far.pwd")
+    node = a.app.fs.root.lookup("session").lookup("sc").lookup("hosts").lookup("far")
+    assert node is not None
+    with pytest.raises(Exception, match="outside this tool's scope"):
+        AgentScope("sc", "a")(node, "write")
