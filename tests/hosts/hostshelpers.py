@@ -23,7 +23,8 @@ class Server:
     one when it listens on one (the port chosen at the first start and kept)."""
 
     def __init__(self, tools: dict[str, tuple[str | None, dict]], *args: str,
-                 tls_port: bool = False, **env: str) -> None:
+                 tls_port: bool = False, wrap: tuple[str, ...] = (), **env: str) -> None:
+        self.wrap = list(wrap)     # a command that runs it: ("ip", "netns", "exec", NS)
         self.home = tempfile.mkdtemp(prefix="host.", dir="/tmp")
         d = os.path.join(self.home, "tools")
         os.makedirs(d)
@@ -45,7 +46,7 @@ class Server:
 
     def start(self) -> "Server":
         args = self.args + (["-a", self.tls] if self.tls else [])
-        self.p = subprocess.Popen(TOOLSRV + ["serve", *args], env=self.env, cwd=self.home,
+        self.p = subprocess.Popen(self.wrap + TOOLSRV + ["serve", *args], env=self.env, cwd=self.home,
                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
         assert self.p.stderr is not None
         for line in self.p.stderr:

@@ -3,7 +3,7 @@
 A write runs its lines on that Twrite (a 4 KiB piece of a longer write(2) keeps its last
 partial line for the next), as an agent's ctl does, and its error goes to the writer; the
 reply waits until the change is made and saved.  A read answers the state after the fid's
-writes (answer_read)."""
+writes (answer_read).  hosts_dir also gives the tree session/<id>/hosts (sessioncwd.py)."""
 from __future__ import annotations
 
 from typing import Any
@@ -86,4 +86,6 @@ def hosts_dir(fs: Any, hosts: Any) -> Dir_:
     """The hosts/ directory of fs's root."""
     d = Dir_("hosts", fs.q("hosts"), fs.root, lambda d: [ctl])
     ctl = HostsCtl("ctl", fs.q("hosts", "ctl"), d, hosts)
+    from .sessioncwd import SessionHosts    # session/<id>/hosts: a session's remote cwds
+    fs.session_hosts = SessionHosts(fs, hosts)
     return d

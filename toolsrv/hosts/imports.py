@@ -14,10 +14,12 @@ A call (calls.py hands a RemoteTool's call to `run_call`) runs on the remote und
 session and agent of its own for each local agent: the session is FRONT-SESSION (FRONT
 is this server's id, hosts.py: its host name and a random part kept in the state, so
 two fronts never collide), the agent the local agent's name.  They are made once per
-connection, the tool loaded once, then the args go to its `call` file in one rdwr and the
-result, or the Rerror, comes back; `status`, `err` (and `out` after a failure) follow.
-Killing the local call (flush, cancel, unload, removal, shutdown) cancels the rdwr,
-which Tflushes it there: the remote kills its run.
+connection, the tool loaded once (nothing is asked of the remote for that afterwards), then
+the args go to its `call` file and the result, or the Rerror, comes back with the call's
+`err` in the same round trip (ninep.call); only a failed call asks for `status` and `out`.
+Killing the local call (flush, cancel, unload, removal, shutdown) cancels the forward,
+which Tflushes it there: the remote kills its run (`kill` is a KillEvent, whose set()
+cancels the forward itself: no task per call waits for it).
 
 Bounded: every wait on the remote (DIAL_TIMEOUT, LOAD_TIMEOUT; a call, whose timeout is
 the remote's, by CALL_BOUND), every read (MAX_READ bytes a file), the number of tools
@@ -36,6 +38,7 @@ from ..errors import P9Error
 from ..record import Record
 from ..registry.names import NAME_MAX, valid_name
 from ..serve import dial
+from ..tree.calls.jsonargs import fit
 from .ninep import NineP, NinePError
 from .remote import MAX_TOOLS, BadRemoteTool, make
 
@@ -99,6 +102,20 @@ class RemoteResult(Record):
         self.timed_out = self.cancelled = False
 
 
+class KillEvent(asyncio.Event):
+    """A forwarded call's `kill` (calls.py sets it to end the call): setting it also runs
+    `on_set`, which cancels the forward at once, so no task waits on the event (a task and
+    asyncio.wait per call cost more than the rest of the forwarding)."""
+
+    def __init__(self, on_set: Any) -> None:
+        super().__init__()
+        self.on_set = on_set
+
+    def set(self) -> None:
+        super().set()
+        self.on_set()
+
+
 def remote_session(front: str, session: str) -> str:
     """The remote session of a local one: FRONT-SESSION, or FRONT-HASH when too long."""
     name = f"{front}-{session}"
@@ -117,6 +134,7 @@ class Import:
         self.why = "not connected yet"
         self.task: asyncio.Task | None = None
         self.made: set[tuple[str, str]] = set()
+        self.sessions: set[str] = set()   # remote sessions made (or found) on this connection
         self.loaded: set[tuple[str, str, str]] = set()
         self.ntools = 0
         self.served: dict[str, Any] = {}  # the tools last served: held while unreachable
@@ -166,7 +184,7 @@ class Import:
             try:
                 nine = await asyncio.wait_for(self._dial(), DIAL_TIMEOUT)
                 log.info("%s: connected to %s", self.spec.name, self.spec.addr)
-                self.made, self.loaded = set(), set()
+                self.made, self.loaded, self.sessions = set(), set(), set()
                 await self._follow(nine)
             except asyncio.CancelledError:
                 raise
@@ -242,12 +260,14 @@ class Import:
         """The local agent is gone (its runs are killed already): remove its agent there,
         and the remote session with the local one (`whole`); in the background, bounded."""
         rs = remote_session(self.front, agent.session.name)
-        if (rs, agent.name) not in self.made or self.nine is None:
+        if self.nine is None or (rs, agent.name) not in self.made and not (
+                whole and rs in self.sessions):
             return
         self.made.discard((rs, agent.name))
         self.loaded = {x for x in self.loaded if x[:2] != (rs, agent.name)}
         paths = [f"session/{rs}"] if whole else [f"session/{rs}/agent/{agent.name}"]
         if whole:
+            self.sessions.discard(rs)
             self.made = {x for x in self.made if x[0] != rs}
             self.loaded = {x for x in self.loaded if x[0] != rs}
         task = asyncio.get_running_loop().create_task(self._remove(self.nine, paths))
@@ -274,8 +294,9 @@ class Import:
         rs, ra = remote_session(self.front, a.session.name), a.name
         base = f"session/{rs}/agent/{ra}"
         try:
-            await asyncio.wait_for(self._ready(nine, base, rs, ra, tool.remote_name),
-                                   LOAD_TIMEOUT)
+            if (rs, ra, tool.remote_name) not in self.loaded:     # once: no task after
+                await asyncio.wait_for(self._ready(nine, base, rs, ra, tool.remote_name),
+                                       LOAD_TIMEOUT)
         except NinePError as e:
             raise P9Error(f"input/output error: {self.spec.name}: {e}") from None
         except (OSError, asyncio.TimeoutError) as e:
@@ -285,9 +306,35 @@ class Import:
         path = f"{base}/tools/{tool.remote_name}"
         await self._forward(nine, call, path)
 
+    async def _session(self, nine: NineP, rs: str) -> None:
+        if rs not in self.sessions:
+            await nine.mkdir(f"session/{rs}")       # False: there already (a reconnection)
+            self.sessions.add(rs)
+
+    async def session_cwd(self, session: str, path: str | None = None) -> str:
+        """The cwd of the local session's calls here, on the remote (sessioncwd.py): its
+        remote session's `cwd`, set to `path` first when given.  Raises P9Error."""
+        nine = self.nine
+        if nine is None or not nine.alive:
+            raise P9Error(f"input/output error: {self.unreachable()}")
+        rs = remote_session(self.front, session)
+
+        async def ask() -> bytes:
+            await self._session(nine, rs)
+            if path is not None:
+                await nine.write(f"session/{rs}/cwd", path.encode() + b"\n")
+            return await nine.read(f"session/{rs}/cwd")
+        try:
+            text = await asyncio.wait_for(ask(), LOAD_TIMEOUT)
+        except NinePError as e:
+            raise P9Error(fit(f"{self.spec.name}: ", e.ename, "")) from None
+        except (OSError, asyncio.TimeoutError) as e:
+            raise P9Error(f"input/output error: {self.spec.name}: {e or 'no answer'}") from None
+        return text.decode("utf-8", "replace").strip()
+
     async def _ready(self, nine: NineP, base: str, rs: str, ra: str, tool: str) -> None:
         if (rs, ra) not in self.made:
-            await nine.mkdir(f"session/{rs}")
+            await self._session(nine, rs)
             await nine.mkdir(f"{base}")
             self.made.add((rs, ra))
         if (rs, ra, tool) not in self.loaded:
@@ -295,52 +342,59 @@ class Import:
             self.loaded.add((rs, ra, tool))
 
     async def _forward(self, nine: NineP, call: Any, path: str) -> None:
-        forward = asyncio.ensure_future(nine.rdwr(f"{path}/call", call.stdin or b"{}"))
-        killer = asyncio.ensure_future(call.kill.wait())
-        try:
-            await asyncio.wait({forward, killer}, return_when=asyncio.FIRST_COMPLETED,
-                               timeout=CALL_BOUND)
-        finally:
-            killer.cancel()
-            if not forward.done():
+        forward = nine.call(f"{path}/call", call.stdin or b"{}", f"{path}/err")   # sent now
+        why: list[str] = []
+
+        def stop(reason: str) -> None:
+            if not forward.done() and not why:
+                why.append(reason)
                 forward.cancel()              # a Tflush: the remote kills its run
-        if not forward.done() or forward.cancelled():
-            await asyncio.wait({forward}, timeout=5)
-            call.result = RemoteResult()
-            if call.kill.is_set():
-                call.state, call.reason = "killed", E.ECANCELLED
-            else:
-                call.state = "timeout"
-                call.reason = f"timeout after {CALL_BOUND:g}s: {self.spec.name} did not answer"
-            return
+        timer = asyncio.get_running_loop().call_later(CALL_BOUND, stop, "timeout")
+        was, call.kill = call.kill, KillEvent(lambda: stop("killed"))
+        if was.is_set():
+            call.kill.set()
         try:
-            out, reason = forward.result(), None
-        except NinePError as e:
-            # the remote's string as sent (its errno words already defused: errors.defuse)
-            out, reason = None, " ".join(getattr(e, "ename", str(e)).split())[:240]
+            out, err = await forward  # a cancel of this task cancels forward too: flushed
+        except asyncio.CancelledError:
+            if not why:
+                raise
         except (OSError, EOFError) as e:
             call.result = RemoteResult()
             call.state = "failed"
             call.reason = f"input/output error: {self.spec.name} at {self.spec.addr}: " \
                           f"{e or 'hung up'} during the call"
             return
-        await self._finish(nine, call, path, out, reason)
+        finally:
+            timer.cancel()
+        if why:
+            call.result = RemoteResult()
+            if why[0] == "killed":
+                call.state, call.reason = "killed", E.ECANCELLED
+            else:
+                call.state = "timeout"
+                call.reason = f"timeout after {CALL_BOUND:g}s: {self.spec.name} did not answer"
+            return
+        if not isinstance(out, NinePError):      # ok: the remote's status would say "ok"
+            call.result, call.state, call.reason = RemoteResult(out, err, 0), "ok", None
+            return
+        # the remote's string as sent (its errno words already defused: errors.defuse)
+        reason = " ".join(getattr(out, "ename", str(out)).split())[:240]
+        await self._failed(nine, call, path, err, reason)
 
-    async def _finish(self, nine: NineP, call: Any, path: str, out: bytes | None,
-                      reason: str | None) -> None:
+    async def _failed(self, nine: NineP, call: Any, path: str, err: bytes,
+                      reason: str) -> None:
+        """A call that failed there: its `status` says how it ended, `out` what it printed."""
         async def fetch(f: str) -> bytes:
             try:
                 return await asyncio.wait_for(nine.read(f"{path}/{f}"), LOAD_TIMEOUT)
             except (NinePError, OSError, asyncio.TimeoutError):
                 return b""
-        status, err = await asyncio.gather(fetch("status"), fetch("err"))
-        if out is None:
-            out = await fetch("out")
+        status, out = await asyncio.gather(fetch("status"), fetch("out"))
         words = status.decode("utf-8", "replace").split()
         state = words[0].rstrip(":") if words else ""
         code = None
         if state == "exit" and len(words) > 1 and words[1].isdigit():
             code = int(words[1])
         call.result = RemoteResult(out, err, 0 if state == "ok" else code)
-        call.state = state if state in STATES else ("ok" if reason is None else "failed")
+        call.state = state if state in STATES and state != "ok" else "failed"
         call.reason = reason

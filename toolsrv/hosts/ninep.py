@@ -10,7 +10,11 @@ Tflush.  `rpc` awaits one reply; when the awaiting task is cancelled it writes
 Tflush(oldtag) at once, without awaiting, and the old tag stays reserved until the
 Rflush comes (flush(5): a tag is not reused before its flush is answered); a reply to the
 flushed request that arrives first is dropped.  `rdwr` sends walk, open, write and the
-first read in one write, as the CLI's client does, and clunks without waiting.
+first read in one write, as the CLI's client does, and clunks without waiting.  `call`
+sends an import's remote call (the call file's walk, open, write and read, and its `err`
+file's walk, open and read, which the server answers when that call ends) in one write:
+one round trip for the result and the stderr.  Its clunks are lazy: they go out with the
+next request, or LAZY_CLUNK seconds later, so a call wakes the remote once.
 
 Invariants: a tag is in `_waiting` from its send until its reply (or its flush's reply);
 a hang-up fails every waiting future with ConnectionError and every later request at
@@ -33,6 +37,7 @@ from ..errors import words
 from ..serve import dial
 
 MSIZE = 65536 + IOHDRSZ
+LAZY_CLUNK = 0.1    # seconds a lazy clunk may wait for a request to go out with
 
 
 class NinePError(Exception):
@@ -57,6 +62,8 @@ class NineP(asyncio.Protocol):
         self._next_fid = 1
         self.dead: BaseException | None = None
         self._later: list[bytes] = []       # clunks not yet written (clunk_nowait)
+        self._soon = False                  # a write of _later is due this loop turn
+        self._timer: Any = None             # ... or once LAZY_CLUNK has passed
         self.lost = asyncio.get_running_loop().create_future()   # set when it hangs up
         self.max_read: int | None = None    # bytes one file's read may bring; None: any
 
@@ -220,22 +227,31 @@ class NineP(asyncio.Protocol):
         self._next_fid += 1
         return self._next_fid
 
-    def clunk_nowait(self, fid: int) -> None:
+    def clunk_nowait(self, fid: int, lazy: bool = False) -> None:
         """Clunk without waiting: the server forgets the fid whatever it answers.  The
         Tclunk is written with the next request, or once this turn of the loop ends,
         whichever comes first: a call's answer goes back to the MCP client before the
-        clunk costs a write (and a wake-up of the server)."""
+        clunk costs a write (and a wake-up of the server).  A `lazy` clunk waits for the
+        next request up to LAZY_CLUNK seconds (an import's calls: one write per call)."""
         if self.dead is not None or not self._free_tags:
             return
         tag = self._free_tags.pop()
-        f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        f: asyncio.Future[Any] = loop.create_future()
         self._waiting[tag] = f
         f.add_done_callback(lambda _: self._free_fids.append(fid))
-        if not self._later:
-            asyncio.get_running_loop().call_soon(self._write_later)
         self._later.append(encode(Tclunk(tag, fid)))
+        if not lazy and not self._soon:
+            self._soon = True
+            loop.call_soon(self._write_later)
+        elif lazy and self._timer is None:
+            self._timer = loop.call_later(LAZY_CLUNK, self._write_later)
 
     def _write_later(self) -> None:
+        self._soon = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         data, self._later = self._later, []
         if data and self.dead is None:
             self.transport.write(b"".join(data))
@@ -302,14 +318,15 @@ class NineP(asyncio.Protocol):
         finally:
             self._release(fid, replies, names)
 
-    def _release(self, fid: int, replies: list[Any], names: tuple[str, ...]) -> None:
+    def _release(self, fid: int, replies: list[Any], names: tuple[str, ...],
+                 lazy: bool = False) -> None:
         """After a pipelined walk: clunk the fid, unless the walk's reply says the server
         made none (a failed or partial walk); with no reply yet (cancelled), clunk."""
         if replies and (isinstance(replies[0], Exception)
                         or len(replies[0].wqid) != len(names)):
             self._free_fids.append(fid)
         else:
-            self.clunk_nowait(fid)
+            self.clunk_nowait(fid, lazy)
 
     async def _replies(self, sent: list[tuple[int, asyncio.Future[Any]]],
                        out: list[Any]) -> list[Any]:
@@ -367,6 +384,95 @@ class NineP(asyncio.Protocol):
             return bytes(first.data) + await self._read_all(fid, len(first.data))
         finally:
             self._release(fid, replies, names)
+
+    def call(self, path: str, data: bytes, also: str) -> "asyncio.Task[tuple[Any, bytes]]":
+        """Write data to the call file `path` and read its answer, and read the file `also`
+        (the call's `err`, which waits for that call's end), all in one write: walk, open,
+        write and read of `path`, then walk, open and read of `also`.  The write is made
+        before this returns (in the caller's turn of the loop: before the server it serves
+        answers its own client); the task it returns brings the answer (bytes, or the
+        NinePError the call's write or read got) and `also`'s bytes (b"" when it could not
+        be read).  Args longer than one Twrite go stepwise (rdwr, then a read of `also`).
+        Cancelled, the outstanding requests are flushed: the call's read kills the run."""
+        loop = asyncio.get_running_loop()
+        names = tuple(p for p in path.split("/") if p not in ("", "."))
+        names2 = tuple(p for p in also.split("/") if p not in ("", "."))
+        chunk = self.msize - IOHDRSZ
+        if max(len(names), len(names2)) > MAXWELEM or len(data) > chunk:
+            return loop.create_task(self._call_stepwise(path, data, also))
+        fid, fid2 = self.newfid(), self.newfid()
+        sent = self._send_many([lambda t: Twalk(t, 0, fid, names),
+                                lambda t: Topen(t, fid, ORDWR),
+                                lambda t: Twrite(t, fid, 0, data),
+                                lambda t: Tread(t, fid, 0, chunk),
+                                lambda t: Twalk(t, 0, fid2, names2),
+                                lambda t: Topen(t, fid2, OREAD),
+                                lambda t: Tread(t, fid2, 0, chunk)])
+        started = []
+
+        async def replies() -> tuple[Any, bytes]:
+            started.append(True)
+            got: list[Any] = []
+            try:
+                await self._replies(sent, got)
+                return await self._answer(fid, path, names, data, got[:4]), \
+                    await self._also(fid2, names2, got[4:])
+            finally:
+                self._release(fid, got[:4], names, lazy=True)
+                self._release(fid2, got[4:], names2, lazy=True)
+
+        def never_ran(_: Any) -> None:      # cancelled before its first step
+            if not started:
+                for tag, f in sent:
+                    self.flush(tag, f)
+                self.clunk_nowait(fid)
+                self.clunk_nowait(fid2)
+        task = loop.create_task(replies())
+        task.add_done_callback(never_ran)
+        return task
+
+    async def _call_stepwise(self, path: str, data: bytes, also: str) -> tuple[Any, bytes]:
+        try:
+            answer: Any = await self.rdwr(path, data)
+        except NinePError as e:
+            answer = e
+        try:
+            return answer, await self.read(also)
+        except NinePError:
+            return answer, b""
+
+    async def _answer(self, fid: int, path: str, names: tuple[str, ...], data: bytes,
+                      replies: list[Any]) -> Any:
+        """The call's answer from its pipelined walk, open, write and read."""
+        walk, opened, wrote, first = replies
+        if isinstance(walk, Exception):
+            return walk
+        if len(walk.wqid) != len(names):
+            return NinePError(f"{path}: file not found")
+        for r in replies:
+            if isinstance(r, Exception):
+                return r
+        chunk = self.msize - IOHDRSZ
+        try:
+            if wrote.count < len(data):
+                await self._write_all_from(fid, data, wrote.count)
+                return await self._read_all(fid)
+            if len(first.data) < chunk:
+                return bytes(first.data)
+            return bytes(first.data) + await self._read_all(fid, len(first.data))
+        except NinePError as e:
+            return e
+
+    async def _also(self, fid: int, names: tuple[str, ...], replies: list[Any]) -> bytes:
+        walk, opened, first = replies
+        if any(isinstance(r, Exception) for r in replies) or len(walk.wqid) != len(names):
+            return b""
+        if len(first.data) < self.msize - IOHDRSZ:
+            return bytes(first.data)
+        try:
+            return bytes(first.data) + await self._read_all(fid, len(first.data))
+        except NinePError:
+            return b""
 
     async def _write_all_from(self, fid: int, data: bytes, n: int) -> None:
         while n < len(data):

@@ -34,6 +34,7 @@ class ToolsrvFS:
         self.store = store
         self.revwait_timeout = revwait_timeout
         self.agent_files = agent_files   # .NAMES, .entry(agent dir, name, qid path) -> Node
+        self.session_hosts: Any = None   # session/<id>/hosts/ (toolsrv/hosts/sessioncwd.py)
         self.qids = Qids()
         self.attaches: list[tuple[str, str, str]] = []
         self._paths_at = -1          # the revision whose tools have qid paths (_tools_file)

@@ -57,7 +57,13 @@ class SessionRoot(Dir_):
 
 class SessionDir(FixedDir):
     perm = 0o777
-    NAMES = ("cwd", "sandbox", "agent")
+    BASE = ("cwd", "sandbox", "agent")
+
+    @property
+    def NAMES(self) -> tuple[str, ...]:   # type: ignore[override]
+        """And `hosts` while the server imports another host's tools (toolsrv/hosts)."""
+        h = self.fs.session_hosts
+        return self.BASE + ("hosts",) if h is not None and h.active() else self.BASE
 
     def __init__(self, s: Session, qpath: int, parent: Node, fs: ToolsrvFS) -> None:
         super().__init__(s.name, qpath, parent)
@@ -81,6 +87,8 @@ class SessionDir(FixedDir):
             return AgentRoot("agent", qpath, self, self.fs)
         if name == "cwd":
             return ValueFile("cwd", qpath, self, lambda: s.cwd, lambda v: st.set_cwd(s, v))
+        if name == "hosts":
+            return self.fs.session_hosts.node(self, qpath)
         return ValueFile("sandbox", qpath, self, lambda: s.sandbox,
                          lambda v: st.set_sandbox(s, v))
 

@@ -26,7 +26,7 @@ per session and command (`shared`), used by every agent of the session that call
 lsp_* tool naming that command; it ends when the last of those agents unloads its lsp
 tools or is removed, when idle, and restarts on a change of the session's cwd or sandbox.
 The process is the bridge (tree/resident/lspbridge.py) with the server as its child; a call is
-run.lspedit.run over the entry's lspproto.Client (initialized once per process).
+resident.lspedit.run over the entry's lspproto.Client (initialized once per process).
 """
 from __future__ import annotations
 
