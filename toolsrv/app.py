@@ -414,6 +414,7 @@ class App:
             return
         self.calls = Calls(self)
         self.fs.agent_files = self.calls
+        self.fs.call_timeout = self.opts.timeout      # tools/<tool>/meta states it
 
     def _start_hosts(self, specs: list[Any], state: str | None) -> None:
         """The imports (toolsrv/hosts): their tools join the registry as they answer.  With

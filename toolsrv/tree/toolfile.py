@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any, NoReturn
 
-from . import ctl
+from . import ctl, timebound
 from .calls import Call, Scheduler, invalid_call
 from ..errors import P9Error
 from .fs import AgentDir, after_save, json_text
@@ -52,6 +52,7 @@ class Calls:
                                per_session=getattr(app.opts, "max_runs_per_session", None),
                                per_agent=getattr(app.opts, "max_runs_per_agent", None))
         self.max_args = getattr(app.opts, "max_args", MAX_ARGS)
+        self.timeout = getattr(app.opts, "timeout", None)   # serve --timeout (timebound.py)
         self.store.on_remove_agent.append(lambda a: self.sched.kill(a))
         self.store.on_remove_agent.append(self.sched.residents.drop_agent)
         self.searcher = getattr(app, "searcher", None)
@@ -94,8 +95,9 @@ class Calls:
         for n in a.loaded:
             t = self.registry.get(n)
             if t is not None:
+                lim = timebound.limit(t, a.session.sandbox, self.timeout)
                 out.append({"name": n, "description": t.description, "prompt": t.prompt,
-                            "parameters": t.schema, "tier": t.tier, "readOnly": t.read_only})
+                            "parameters": timebound.schema(t, lim), "tier": t.tier, "readOnly": t.read_only})
         return out
 
     def latest(self, a: Agent) -> dict[str, Call]:
@@ -164,6 +166,7 @@ class Calls:
                 raise P9Error(fit("invalid args: ", "must be a JSON object"))
             elevated = take_elevated(args)
             validate(tool, args)
+            timebound.check(tool, args, timebound.limit(tool, a.session.sandbox, self.timeout))
         except P9Error as e:
             self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
             a.note(f"call {tool_name} {_short(args)} -> {e.full}")
