@@ -6,7 +6,8 @@ python-9p client:
 - a progress line is never the reason of an `exit N`;
 - a `.meta` `timeoutArg` is bounded by the call's time limit in tools/<tool>/schema, meta
   and the agent's schemas, and a call over it is refused naming the limit;
-- the limit of a tool whose profile sets general.timeout is the profile's.
+- the limit of a tool whose profile sets general.timeout is the profile's; another host's
+  tool is left to that host.
 """
 from __future__ import annotations
 
@@ -123,6 +124,9 @@ def test_a_profiles_timeout_is_the_bound(monkeypatch):
         Tool.extra = {"timeoutArg": "t"}                     # the session's profile: default
         assert timebound.limit(Tool(), "default", 30.0)[0] == 30.0
         Tool.extra = {"timeoutArg": "nope"}                  # names no argument: no bound
+        assert timebound.limit(Tool(), "default", 30.0) is None
+        Tool.extra = {"timeoutArg": "t"}
+        Tool.remote = object()                               # another host's: bounded there
         assert timebound.limit(Tool(), "default", 30.0) is None
     finally:
         shutil.rmtree(home, ignore_errors=True)

@@ -13,7 +13,9 @@ The limit is looked up where the schema is served or checked, so a profile edite
 applies at once: tools/<tool>/{meta,schema} under the tool's declared `sandbox` profile,
 else `default`; an agent's `schemas` and its calls under its session's profile (a tool's
 declared one first, as the scheduler runs it).  The bounded schema is made once per tool
-object and limit (a small cache), never by reading anything the schema names.
+object and limit (a small cache), never by reading anything the schema names.  Another
+host's tool (toolsrv/hosts) is left alone: it runs under that host's limit, and the schema
+that host serves is bounded there.
 """
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ _CACHE_MAX = 256
 
 def arg_of(tool: Any) -> str | None:
     """The name of the tool's timeout argument, when its .meta names one it has."""
+    if getattr(tool, "remote", None) is not None:
+        return None             # another host's tool: its schema comes bounded by its server
     name = (getattr(tool, "extra", None) or {}).get(FIELD)
     schema = getattr(tool, "schema", None)
     props = schema.get("properties") if isinstance(schema, dict) else None
