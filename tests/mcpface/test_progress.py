@@ -5,7 +5,8 @@
   message: the official Python SDK's client over stdio, and the TypeScript SDK's client
   (tests/mcpface/ts/progress.mjs, with resetTimeoutOnProgress) over HTTP where node is;
 - a `.meta` `timeoutArg` is listed bounded by the server's --timeout (inputSchema), and a
-  call over it is an isError result naming the limit and what to do.
+  call over it is an isError result naming the limit and what to do; the bundled shell's
+  `timeout` so too.
 Each wait is on the event (the notification), bounded; the tool waits to be cancelled.
 """
 from __future__ import annotations
@@ -126,3 +127,20 @@ def _install() -> str:
     shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ts", "progress.mjs"),
                 os.path.join(prefix, "progress.mjs"))
     return prefix
+
+
+def test_the_bundled_shells_timeout_is_listed_below_the_servers(tmp_path):
+    from toolsrv.bundled import TOOLS
+    app = AppThread([TOOLS], timeout=25).start()
+    try:
+        async def go():
+            async with stdio_face("-a", app.addr, cwd=str(tmp_path)) as s:
+                listed = {t.name: t for t in (await s.list_tools()).tools}
+                return listed["shell"].input_schema, await s.call_tool(
+                    "shell", {"command": "make", "timeout": 600})
+        schema, over = anyio.run(go)
+    finally:
+        stop_clean(app)
+    t = schema["properties"]["timeout"]
+    assert t["exclusiveMaximum"] == 25 and "maximum" not in t and t["default"] == 20, t
+    assert over.is_error is True and "timeout: 600 is not below 25" in text(over), text(over)
