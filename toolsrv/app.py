@@ -334,8 +334,10 @@ class App:
         self.calls = Calls(self.registry, self.store, self.runner, max_runs=o.max_runs,
                            max_queued=o.max_queued, addr=str(self.addrs[0]),
                            connect=self.internal.connect, per_session=o.max_runs_per_session,
-                           per_agent=o.max_runs_per_agent, max_args=o.max_args)
+                           per_agent=o.max_runs_per_agent, max_args=o.max_args,
+                           timeout=o.timeout)
         self.fs.agent_files = AgentFiles(self.calls, self.searcher)
+        self.fs.call_timeout = o.timeout      # tools/<tool>/meta states it
 
     def _start_hosts(self, specs: list[Any], state: str | None) -> None:
         """The imports (toolsrv/hosts): their tools join the registry as they answer.  With

@@ -12,10 +12,10 @@ host; its error comes back, prefixed with NAME), and the remote keeps it in its 
 it keeps its sessions.  Nothing here opens or checks the path: it is the remote's.
 
 The directory shows one file per import, and `session/<id>/hosts` is there only while
-the server has imports (fs.SessionDir asks `active`).  Every remote wait is bounded
+the server has imports (sessiondirs.SessionDir asks `active`).  Every remote wait is bounded
 (imports.LOAD_TIMEOUT); an import that is down answers `input/output error: NAME:
 unreachable at ADDR: why` at once.  A tool's scoped connection may not write it
-(fs.AgentScope refuses every write in a session but its agent's ctl and calls).
+(scope.AgentScope refuses every write in a session but its agent's ctl and calls).
 """
 from __future__ import annotations
 

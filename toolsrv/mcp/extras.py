@@ -18,12 +18,18 @@ Theory of operation.
              session's cwd.  notifications/roots/list_changed asks again and moves the
              cwd of a session the face made (a `--session` keeps its own).
   progress   a tools/call with a progressToken gets notifications/progress every
-             PROGRESS_EVERY seconds while it runs: progress = seconds elapsed, and a
-             message saying so.
+             PROGRESS_EVERY seconds while it runs, and within POLL seconds of the
+             tool's own report moving: the face reads the call's `status` every POLL
+             seconds (a running call's line carries `out N`, the bytes of stdout so
+             far, and the tool's latest `progress DONE/TOTAL MESSAGE` line of stderr:
+             toolsrv(4)).  progress = the tool's DONE and TOTAL once it has reported,
+             else the seconds elapsed; the message says the time, the bytes and the
+             tool's words.
 """
 from __future__ import annotations
 
 import logging
+import re
 import urllib.parse
 import warnings
 from typing import Any, Awaitable, Callable, TypeVar
@@ -36,6 +42,7 @@ log = logging.getLogger("toolsrv.mcp")
 
 LOG_URI = "toolsrv://agent/log"
 PROGRESS_EVERY = 4.0          # seconds between notifications/progress (at most 5)
+POLL = 1.0                    # seconds between reads of a call's status, for its progress
 T = TypeVar("T")
 
 
@@ -104,18 +111,26 @@ def progress_token(params: Any) -> Any:
     return meta.get("progress_token") if isinstance(meta, dict) else None
 
 
-async def with_progress(ctx: Any, name: str, work: Callable[[], Awaitable[T]]) -> T:
-    """await work(), sending notifications/progress every PROGRESS_EVERY seconds."""
+async def with_progress(ctx: Any, name: str, work: Callable[[], Awaitable[T]],
+                        status: Callable[[], Awaitable[str | None]] | None = None) -> T:
+    """await work(), sending notifications/progress every PROGRESS_EVERY seconds, and as
+    soon as the tool's own report moves (`status()` reads the call's status line)."""
     got: list[Any] = []
 
     async def tick() -> None:
-        start = anyio.current_time()
+        start = sent = anyio.current_time()
+        last: Any = None
         while True:
-            await anyio.sleep(PROGRESS_EVERY)
-            took = anyio.current_time() - start
+            await anyio.sleep(POLL if status is not None else PROGRESS_EVERY)
+            now = anyio.current_time()
+            seen = running(await status()) if status is not None else None
+            report = seen[1] if seen is not None else None
+            if report == last and now - sent < PROGRESS_EVERY:
+                continue
+            last, sent = report, now
+            p, total, message = progress_of(name, now - start, seen)
             try:
-                await ctx.session.report_progress(round(took, 1), None,
-                                                  f"{name}: running for {took:.0f}s")
+                await ctx.session.report_progress(p, total, message)
             except Exception as e:                    # a client gone: not the call's end
                 log.debug("progress not sent: %s", e)
     async with anyio.create_task_group() as tg:
@@ -129,3 +144,33 @@ async def with_progress(ctx: Any, name: str, work: Callable[[], Awaitable[T]]) -
     if isinstance(got[0], Exception):
         raise got[0]
     return got[0]
+
+
+_RUNNING = re.compile(r"running [0-9.]+s(?: out (\d+))?"
+                      r"(?: progress ([0-9.]+)(?:/([0-9.]+))?(?: (.*))?)?")
+
+
+def running(line: str | None) -> tuple[int | None, Any] | None:
+    """(bytes of out so far, (done, total, message) or None) of a running call's status
+    line (toolsrv(4)); None when the line is not a running call's."""
+    m = _RUNNING.fullmatch((line or "").split("\n", 1)[0])
+    if m is None:
+        return None
+    out = int(m.group(1)) if m.group(1) else None
+    if m.group(2) is None:
+        return out, None
+    return out, (float(m.group(2)), float(m.group(3)) if m.group(3) else None, m.group(4) or "")
+
+
+def progress_of(name: str, took: float, seen: tuple[int | None, Any] | None
+                ) -> tuple[float, float | None, str]:
+    """(progress, total, message) of a notification: the tool's own numbers when it has
+    reported, else the seconds elapsed; the message says both, and the bytes of out."""
+    text = f"{name}: running for {took:.0f}s"
+    out, report = seen if seen is not None else (None, None)
+    if out is not None:
+        text += f", {out} bytes of output"
+    if report is None:
+        return round(took, 1), None, text
+    done, total, message = report
+    return done, total, f"{text}: {message}" if message else text

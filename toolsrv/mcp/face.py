@@ -251,6 +251,19 @@ class Face:
         except (NinePError, ConnectionError, Unavailable):
             return ""
 
+    async def status(self, seat: Seat, name: str, args: Any = None) -> str | None:
+        """The status line of the seat's latest call of `name` (call_tool's in --search
+        mode: the tool it names), or None before the seat is made or on an error."""
+        if self.search and name == CALL_TOOL and isinstance(args, dict):
+            name = args.get("name") if isinstance(args.get("name"), str) else ""
+        if not seat.ready or not name or "/" in name:
+            return None
+        try:
+            return (await (await self.conn()).read(f"{seat.base}/tools/{name}/status")
+                    ).decode(errors="replace")
+        except (NinePError, ConnectionError, Unavailable):
+            return None
+
     async def release(self, seat: Seat) -> None:
         """The connection of `seat` ended: remove what was made for it."""
         self.seats.discard(seat)

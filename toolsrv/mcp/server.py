@@ -192,7 +192,8 @@ class Wiring:
             return await self.face.call(seat, params.name, args)
         try:
             if extras.progress_token(params) is not None:
-                res = await extras.with_progress(ctx, params.name, work)
+                res = await extras.with_progress(
+                    ctx, params.name, work, lambda: self.face.status(seat, params.name, args))
             else:
                 res = await work()
         except Unknown as e:

@@ -241,7 +241,8 @@ class Runner:
                 res.duration = time.monotonic() - t0
                 return res
             try:
-                await self._pump(handle, req.stdin, t0 + timeout, res, req.kill)
+                await self._pump(handle, req.stdin, t0 + timeout, res, req.kill,
+                                 req.context.get("live"))
             except asyncio.CancelledError:
                 self.launcher.kill(handle)
                 handle.close_fds()
@@ -360,10 +361,14 @@ class Runner:
                 "nnp": not req.elevated}
 
     async def _pump(self, handle: LaunchHandle, stdin: bytes, deadline: float,
-                    res: RunResult, kill: asyncio.Event | None = None) -> None:
-        """Feed stdin, collect output, wait for the exit; fill res."""
+                    res: RunResult, kill: asyncio.Event | None = None,
+                    live: Any = None) -> None:
+        """Feed stdin, collect output, wait for the exit; fill res.  `live` (live.py) sees
+        the output while the run lasts."""
         out = Collector(handle.stdout, self.config.stdout_cap, lambda: self.launcher.kill(handle))
         err = Collector(handle.stderr, self.config.stderr_cap, lambda: self.launcher.kill(handle))
+        if live is not None:
+            live.attach(out, err)
         feeder = Feeder(handle.stdin, stdin)
         handle.taken()
         try:
@@ -372,6 +377,8 @@ class Runner:
             out.stop()
             err.stop()
             feeder.stop()
+            if live is not None:
+                live.detach()
         res.stdout, res.stderr = out.value(), err.value()
         res.truncated = "stdout" if out.overflow else "stderr" if err.overflow else None
         res.cancelled = handle.killed and not res.timed_out and not res.truncated

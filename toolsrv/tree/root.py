@@ -16,6 +16,7 @@ import logging
 from typing import Any, Callable
 
 from .. import errors as E
+from .calls import timebound
 from ..errors import P9Error
 from .sessiondirs import SessionRoot
 from .state.sessions import Agent, SessionStore
@@ -35,6 +36,7 @@ class ToolsrvFS:
         self.revwait_timeout = revwait_timeout
         self.agent_files = agent_files   # .NAMES, .entry(agent dir, name, qid path) -> Node
         self.session_hosts: Any = None   # session/<id>/hosts/ (toolsrv/hosts/sessioncwd.py)
+        self.call_timeout: float | None = None   # serve --timeout: timebound.py states it
         self.qids = Qids()
         self.attaches: list[tuple[str, str, str]] = []
         self._paths_at = -1          # the revision whose tools have qid paths (_tools_file)
@@ -193,13 +195,19 @@ class ToolDir(Dir_):
         q = self.fs.q
         return [
             TextFile("meta", q("tool", self.name, "meta"), self,
-                     lambda: _text(self._tool(), "meta_text", lambda t: json_text(t.meta_json())),
+                     lambda: self._bounded(timebound.meta_text) or _text(
+                         self._tool(), "meta_text", lambda t: json_text(t.meta_json())),
                      changes=lambda: self.fs.registry.get(self.name)),   # a new Tool: moved
             TextFile("schema", q("tool", self.name, "schema"), self,
-                     lambda: _text(self._tool(), "schema_text", lambda t: json_text(t.schema))),
+                     lambda: self._bounded(timebound.schema_text) or _text(
+                         self._tool(), "schema_text", lambda t: json_text(t.schema))),
             TextFile("prompt", q("tool", self.name, "prompt"), self,
                      lambda: _text(self._tool(), "prompt_text", lambda t: t.prompt.encode())),
         ]
+
+    def _bounded(self, text: Callable[[Any, Any], bytes | None]) -> bytes | None:
+        t = self._tool()        # a timeout argument bounded by the call's limit (timebound)
+        return text(t, timebound.limit(t, None, self.fs.call_timeout))
 
 
 def _text(tool: Any, attr: str, make: Callable[[Any], bytes]) -> bytes:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import ctl
+from . import ctl, timebound
 from .scheduler import Call, Scheduler, invalid_call
 from ...errors import P9Error
 from .jsonargs import fit, take_elevated, validate
@@ -29,13 +29,14 @@ class Calls:
     def __init__(self, registry: Any, store: SessionStore, runner: Any, *, max_runs: int,
                  max_queued: int = 1024, addr: str = "", connect: Any = None,
                  per_session: int | None = None, per_agent: int | None = None,
-                 max_args: int = MAX_ARGS) -> None:
+                 max_args: int = MAX_ARGS, timeout: float | None = None) -> None:
         self.registry = registry
         self.store = store
         self.sched = Scheduler(runner, registry, max_runs=max_runs, max_queued=max_queued,
                                addr=addr, connect=connect, per_session=per_session,
                                per_agent=per_agent)
         self.max_args = max_args
+        self.timeout = timeout      # serve --timeout (timebound.py)
         self.store.on_remove_agent.append(lambda a: self.sched.kill(a))
         self.store.on_remove_agent.append(self.sched.residents.drop_agent)
 
@@ -44,8 +45,10 @@ class Calls:
         for n in a.loaded:
             t = self.registry.get(n)
             if t is not None:
+                lim = timebound.limit(t, a.session.sandbox, self.timeout)
                 out.append({"name": n, "description": t.description, "prompt": t.prompt,
-                            "parameters": t.schema, "tier": t.tier, "readOnly": t.read_only})
+                            "parameters": timebound.schema(t, lim), "tier": t.tier,
+                            "readOnly": t.read_only})
         return out
 
     def latest(self, a: Agent) -> dict[str, Call]:
@@ -114,6 +117,7 @@ class Calls:
                 raise P9Error(fit("invalid args: ", "must be a JSON object"))
             elevated = take_elevated(args)
             validate(tool, args)
+            timebound.check(tool, args, timebound.limit(tool, a.session.sandbox, self.timeout))
         except P9Error as e:
             self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
             a.note(f"call {tool_name} {_short(args)} -> {e.full}")

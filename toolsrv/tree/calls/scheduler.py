@@ -32,6 +32,7 @@ from ...errors import P9Error, defuse
 from .jsonargs import fit
 from ...record import Plain
 from ...registry import warmstart
+from ...run.live import Live, parse as parse_progress
 from ...run.runner import RunRequest
 from ...run.sandbox import load_profile
 from ..resident.manager import Residents
@@ -69,6 +70,7 @@ class Call(Plain):
         self.stdin = stdin      # the args as the tool reads them; None: made from args
         self.detail = detail    # the whole reason, for the log, when the Rerror cuts it
         self.waiters: list[Callable[[], None]] = []   # called once the call has ended
+        self.live: Live | None = None   # its output so far while it runs (run/live.py)
 
     @property
     def stdout(self) -> bytes:
@@ -80,7 +82,8 @@ class Call(Plain):
 
     def status_line(self) -> str:
         if self.state in ("queued", "running"):
-            return f"{self.state} {time.monotonic() - self.started:.3f}s\n"
+            live = self.live.status_words() if self.live is not None else ""
+            return f"{self.state} {time.monotonic() - self.started:.3f}s{live}\n"
         words = [self.state]
         r = self.result
         if self.state == "exit" and r is not None:
@@ -103,7 +106,7 @@ def invalid_call(tool: str, agent: Agent, reason: str) -> Call:
 
 def last_line(data: bytes) -> str:
     for line in reversed(data.decode("utf-8", "replace").splitlines()):
-        if line.strip():
+        if line.strip() and parse_progress(line) is None:   # a progress report is no reason
             return line.strip()
     return ""
 
@@ -256,6 +259,7 @@ class Scheduler:
                                      "warm") is False else warmstart.plan)
                 call.state = "running"
                 call.started = time.monotonic()
+                call.live = req.context["live"] = Live()
                 if getattr(tool, "resident", None):
                     await self.residents.run(call, tool, req)   # sets the outcome
                     return
