@@ -10,9 +10,9 @@ import pytest
 
 from toolsrv.record import Frozen, Plain, Record, replace
 
-MODULES = ["app", "tree.calls", "serve.dial", "serve.fid", "registry.metafile",
+MODULES = ["app", "tree.calls.scheduler", "serve.dial", "serve.fid", "registry.metafile",
            "registry.registry", "registry.resolve", "run.runner", "run.sandbox", "serve.server",
-           "tree.sessions", "serve.transport"]
+           "tree.state.sessions", "serve.transport"]
 
 
 def record_classes() -> list[type]:
