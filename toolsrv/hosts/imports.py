@@ -326,8 +326,10 @@ class Import:
             return await nine.read(f"session/{rs}/cwd")
         try:
             text = await asyncio.wait_for(ask(), LOAD_TIMEOUT)
-        except NinePError as e:
-            raise P9Error(fit(f"{self.spec.name}: ", e.ename, "")) from None
+        except NinePError as e:         # the remote refused the path: the writer's to mend
+            if path is None:
+                raise P9Error(f"input/output error: {self.spec.name}: {e}") from None
+            raise P9Error(fit(f"{self.spec.name}: ", e.ename)) from None
         except (OSError, asyncio.TimeoutError) as e:
             raise P9Error(f"input/output error: {self.spec.name}: {e or 'no answer'}") from None
         return text.decode("utf-8", "replace").strip()

@@ -73,10 +73,10 @@ class RemoteCwd(Node):
             return fid.aux["snapshot"][offset:offset + count]
         imp = self._import()
 
-        async def get() -> bytes:
+        async def snapshot() -> bytes:
             data = fid.aux["snapshot"] = (await imp.session_cwd(self.s.name)).encode() + b"\n"
             return data[offset:offset + count]
-        return get()
+        return snapshot()
 
     def write(self, fid: Any, offset: int, data: bytes) -> Any:
         buf = fid.aux.setdefault("wbuf", bytearray())
