@@ -24,8 +24,8 @@ from typing import Any
 from ..errors import P9Error
 from ..tree.calls.jsonargs import fit
 from ..tree.node import Dir_, Node
+from ..tree.sessiondirs import written_value
 
-VALUE_MAX = 4096       # bytes of a path written (PATH_MAX), as the local cwd
 
 
 class SessionHosts:
@@ -79,15 +79,7 @@ class RemoteCwd(Node):
         return snapshot()
 
     def write(self, fid: Any, offset: int, data: bytes) -> Any:
-        buf = fid.aux.setdefault("wbuf", bytearray())
-        buf += data
-        if len(buf) > VALUE_MAX:
-            del fid.aux["wbuf"]
-            raise P9Error(f"{self.name}: value longer than {VALUE_MAX} bytes: too long")
-        try:
-            value = buf.decode().strip()
-        except UnicodeDecodeError:
-            raise P9Error(f"{self.name}: illegal UTF-8") from None
+        value = written_value(self.name, fid, data)    # as session/<id>/cwd takes it
         if not value:
             return len(data)
         if "\n" in value:

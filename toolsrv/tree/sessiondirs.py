@@ -153,6 +153,20 @@ class AgentDir(FixedDir):
         return self.fs.agent_files.entry(self, name, qpath)
 
 
+def written_value(name: str, fid: Any, data: bytes) -> str:
+    """The value a fid's writes of a one-line file hold so far, stripped ("" while none):
+    at most VALUE_MAX bytes of UTF-8; a P9Error names the bound a write broke."""
+    buf = fid.aux.setdefault("wbuf", bytearray())
+    buf += data
+    if len(buf) > VALUE_MAX:
+        del fid.aux["wbuf"]
+        raise P9Error(f"{name}: value longer than {VALUE_MAX} bytes: too long")
+    try:
+        return buf.decode().strip()
+    except UnicodeDecodeError:
+        raise P9Error(f"{name}: illegal UTF-8") from None
+
+
 def after_save(made: Any, fn: Callable[[Any], Any] | None) -> Any:
     """fn(made), or, when the store's change is made and still being saved (an
     awaitable), a Committed of it: the reply waits for the state to be on disk
@@ -197,15 +211,7 @@ class ValueFile(Node):
         return snapshot_read(fid, self._text, offset, count)
 
     def write(self, fid: Any, offset: int, data: bytes) -> int:
-        buf = fid.aux.setdefault("wbuf", bytearray())
-        buf += data
-        if len(buf) > VALUE_MAX:
-            del fid.aux["wbuf"]
-            raise P9Error(f"{self.name}: value longer than {VALUE_MAX} bytes: too long")
-        try:
-            value = buf.decode().strip()
-        except UnicodeDecodeError:
-            raise P9Error(f"{self.name}: illegal UTF-8") from None
+        value = written_value(self.name, fid, data)
         if value:
             return after_save(self.put(value), lambda _: len(data))
         return len(data)
