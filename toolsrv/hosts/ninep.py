@@ -304,14 +304,10 @@ class NineP(asyncio.Protocol):
         replies: list[Any] = []
         try:
             await self._replies(sent, replies)
-            walk, opened, first = replies
-            if isinstance(walk, Exception):
-                raise walk
-            if len(walk.wqid) != len(names):
-                raise NinePError(f"{path}: file not found")
-            for r in replies:
-                if isinstance(r, Exception):
-                    raise r
+            failed = pipeline_failure(path, names, replies)
+            if failed is not None:
+                raise failed
+            first = replies[-1]
             if len(first.data) < chunk:
                 return bytes(first.data)
             return bytes(first.data) + await self._read_all(fid, len(first.data))
@@ -368,14 +364,10 @@ class NineP(asyncio.Protocol):
         replies: list[Any] = []
         try:
             await self._replies(sent, replies)
-            walk, opened, wrote, first = replies
-            if isinstance(walk, Exception):
-                raise walk
-            if len(walk.wqid) != len(names):     # the rest failed for want of the fid
-                raise NinePError(f"{path}: file not found")
-            for r in replies:
-                if isinstance(r, Exception):
-                    raise r
+            failed = pipeline_failure(path, names, replies)
+            if failed is not None:
+                raise failed
+            wrote, first = replies[2:]
             if wrote.count < len(data):
                 await self._write_all_from(fid, data, wrote.count)
                 return await self._read_all(fid)
@@ -444,14 +436,10 @@ class NineP(asyncio.Protocol):
     async def _answer(self, fid: int, path: str, names: tuple[str, ...], data: bytes,
                       replies: list[Any]) -> Any:
         """The call's answer from its pipelined walk, open, write and read."""
-        walk, opened, wrote, first = replies
-        if isinstance(walk, Exception):
-            return walk
-        if len(walk.wqid) != len(names):
-            return NinePError(f"{path}: file not found")
-        for r in replies:
-            if isinstance(r, Exception):
-                return r
+        failed = pipeline_failure(path, names, replies)
+        if failed is not None:
+            return failed
+        wrote, first = replies[2:]
         chunk = self.msize - IOHDRSZ
         try:
             if wrote.count < len(data):
@@ -464,9 +452,9 @@ class NineP(asyncio.Protocol):
             return e
 
     async def _also(self, fid: int, names: tuple[str, ...], replies: list[Any]) -> bytes:
-        walk, opened, first = replies
-        if any(isinstance(r, Exception) for r in replies) or len(walk.wqid) != len(names):
+        if pipeline_failure("", names, replies) is not None:
             return b""
+        first = replies[-1]
         if len(first.data) < self.msize - IOHDRSZ:
             return bytes(first.data)
         try:
@@ -520,3 +508,13 @@ def nothing_answers(e: BaseException) -> bool:
     return isinstance(e, (FileNotFoundError, ConnectionRefusedError)) or (
         isinstance(e, OSError) and e.errno in (2, 111))
 
+
+def pipeline_failure(path: str, names: tuple[str, ...], replies: list[Any]) -> Exception | None:
+    """What failed a pipelined walk-open-...: the walk's error, a walk short of the file
+    (the rest failed for want of the fid), or the first later error; None if none did."""
+    walk = replies[0]
+    if isinstance(walk, Exception):
+        return walk
+    if len(walk.wqid) != len(names):
+        return NinePError(f"{path}: file not found")
+    return next((r for r in replies if isinstance(r, Exception)), None)
