@@ -181,11 +181,14 @@ def test_idle_warm_interpreters_are_bounded_by_memory():
         async def burst():
             return await asyncio.gather(*[h.runner.run(h.request([str(tool)]))
                                           for _ in range(6)])
-        results = h.run_async(burst())
-        assert [r.stdout for r in results] == [b"ok\n"] * 6, results
-        if not any(r.warm for r in results):
-            pytest.skip("no warm starts here: " + h.runner.status_text())
         la = h.runner.launcher
+        for _ in range(10):     # until two warm interpreters were made: then one is too many
+            results = h.run_async(burst())          # (on a busy host a burst can overlap
+            assert [r.stdout for r in results] == [b"ok\n"] * 6, results   # one warm-up)
+            if not any(r.warm for r in results):
+                pytest.skip("no warm starts here: " + h.runner.status_text())
+            if la.warm_started >= 2:
+                break
         idle = [i for pool in la._warm.values() for i in pool]
         assert sum(i.rss for i in idle) <= budget
         assert la.warm_shed >= 1 and la.warm_started > len(idle), h.runner.status_text()
