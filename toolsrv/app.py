@@ -355,6 +355,7 @@ class App:
         self.fs.add_root(hosts_dir(self.fs, self.hosts))
         self.store.on_remove_agent.append(lambda a: self.hosts.forget(
             a, self.store.sessions.get(a.session.name) is not a.session))
+        self.store.on_remove_session.append(lambda s: self.hosts.forget_session(s.name))
 
     def _trace(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)

@@ -104,6 +104,17 @@ def test_a_remote_session_made_for_its_cwd_alone_goes_with_the_local_one(front, 
         assert wait_for(lambda: rs not in [d.name for d in r.ls("session")])
 
 
+def test_a_remote_session_of_a_local_session_without_agents_goes_with_it(front, remote):
+    _, c = front
+    c.mkdir("session/w4")                              # a session, no agent at all
+    c.read("session/w4/hosts/far")                     # makes the remote session
+    rs = remote_session(remote, "w4")
+    with Client.connect(remote.addr) as r:
+        assert rs in [d.name for d in r.ls("session")]
+        c.rm("session/w4")
+        assert wait_for(lambda: rs not in [d.name for d in r.ls("session")])
+
+
 def test_without_imports_a_session_has_no_hosts_directory():
     a = AppThread([tools_dir()]).start()
     try:

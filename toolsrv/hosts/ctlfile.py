@@ -35,6 +35,10 @@ class Lazy:
         if self.real is not None:
             self.real.forget(agent, whole)
 
+    def forget_session(self, name: str) -> None:
+        if self.real is not None:
+            self.real.forget_session(name)
+
     async def close(self) -> None:
         if self.real is not None:
             await self.real.close()

@@ -109,6 +109,12 @@ class Hosts:
         for imp in self.imports.values():
             imp.forget(agent, whole)
 
+    def forget_session(self, name: str) -> None:
+        """A local session was removed: each import removes the session it made there
+        (one made for the session's `hosts/NAME` cwd alone has no agent to remove it)."""
+        for imp in self.imports.values():
+            imp.forget_session(name)
+
     async def close(self) -> None:
         for imp in list(self.imports.values()):
             await imp.close()

@@ -270,6 +270,20 @@ class Import:
             self.sessions.discard(rs)
             self.made = {x for x in self.made if x[0] != rs}
             self.loaded = {x for x in self.loaded if x[0] != rs}
+        self._cleanup(paths)
+
+    def forget_session(self, session: str) -> None:
+        """The local session is gone: remove the remote session made for it, if one is left
+        (its agents' removal took it when it had any); in the background, bounded."""
+        rs = remote_session(self.front, session)
+        if self.nine is None or rs not in self.sessions:
+            return
+        self.sessions.discard(rs)
+        self.made = {x for x in self.made if x[0] != rs}
+        self.loaded = {x for x in self.loaded if x[0] != rs}
+        self._cleanup([f"session/{rs}"])
+
+    def _cleanup(self, paths: list[str]) -> None:
         task = asyncio.get_running_loop().create_task(self._remove(self.nine, paths))
         self.cleanups.add(task)
         task.add_done_callback(self.cleanups.discard)

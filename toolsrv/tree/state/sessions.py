@@ -235,6 +235,7 @@ class SessionStore:
         self.sessions: dict[str, Session] = {}
         self.save_error: str | None = None
         self.on_remove_agent: list[Callable[[Agent], None]] = []
+        self.on_remove_session: list[Callable[[Session], None]] = []   # after its agents'
         self.mtime = int(time.time())
         self._encoded: dict[str, tuple[Session, bytes]] = {}   # see _encode
         self._writer: _Writer | None = None
@@ -292,6 +293,11 @@ class SessionStore:
             for a in list(s.agents.values()):
                 self._drop_agent(a)
             s.alive = False
+            for fn in self.on_remove_session:
+                try:
+                    fn(s)
+                except Exception:
+                    log.exception("session removal hook failed")
             if s.private_cwd:
                 self.remove_private_cwd(s.cwd)
         return self._then(self._commit(s, undo), None, done)
