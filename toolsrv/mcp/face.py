@@ -102,6 +102,7 @@ class Face:
         self._listing: tuple[int, dict[str, Tool]] | None = None
         self._watching: int | None = None   # the revision the watcher's revwait waits on
         self.seats: set[Seat] = set()
+        self._releasing: set[asyncio.Future] = set()    # removals sent, not yet answered
         self._serial = 0
         self._networks: dict[str, bool | None] = {}
 
@@ -122,6 +123,8 @@ class Face:
         """Remove the seats this face made, then hang up."""
         for seat in list(self.seats):
             await self.release(seat)
+        if self._releasing:             # a connection's end may still be removing its seat
+            await asyncio.wait(list(self._releasing))
         if self.nine is not None:
             self.nine.close()
 
@@ -272,11 +275,18 @@ class Face:
         seat.ready = False
         path = (f"session/{seat.session}" if seat.own_session else
                 seat.base if seat.own_agent else None)
-        if path:
-            try:
-                await self.nine.remove(path)
-            except (NinePError, ConnectionError):
-                pass
+        if path:                        # its own task: close() waits for it, a stop cannot cut it
+            removal = asyncio.ensure_future(self._remove(self.nine, path))
+            self._releasing.add(removal)
+            removal.add_done_callback(self._releasing.discard)
+            await asyncio.shield(removal)
+
+    @staticmethod
+    async def _remove(nine: NineP, path: str) -> None:
+        try:
+            await nine.remove(path)
+        except (NinePError, ConnectionError):
+            pass
 
     # -- calls --
     async def call(self, seat: Seat, name: str, args: Any) -> dict[str, Any]:
