@@ -47,6 +47,8 @@ from typing import NoReturn
 
 from toolsrv.run.kernel import cgroups, idmap
 from toolsrv.run.kernel.confine import confine_rest
+from toolsrv.run.init.libc import check as _check, libc as _libc, setns as _setns, \
+    unshare as _unshare
 from toolsrv.run.init.wire import MAX_PACKET, recv_into
 from toolsrv.run.init.reap import reap_until
 from toolsrv.run.kernel.rules import RuleCache
@@ -60,10 +62,6 @@ _RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
 # setgroups, setresuid, setresgid: raw syscall numbers, so only the calling thread changes.
 _SYSNO = {"x86_64": (116, 117, 119), "aarch64": (159, 147, 149)}.get(os.uname().machine)
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_unshare = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, use_errno=True)(("unshare", _libc))
-_setns = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                          use_errno=True)(("setns", _libc))
 _syscall3 = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
                              ctypes.c_long, use_errno=True)(("syscall", _libc))
 
@@ -75,12 +73,6 @@ class Context:
 
     def __init__(self, pidns: bool, netns: int, seccomp: Filter, userns: int = -1) -> None:
         self.pidns, self.netns, self.filter, self.userns = pidns, netns, seccomp, userns
-
-
-def _check(ret: int) -> None:
-    if ret != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
 
 
 def main(sock: socket.socket, ctx: Context, group: list[str],

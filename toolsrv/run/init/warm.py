@@ -6,7 +6,7 @@
 # execs that interpreter, exactly as a cold run would start it, with BOOT as its program.
 # It stays pid 1 of its PID namespace and in its cgroup.  BOOT notes what a pristine
 # interpreter has loaded, imports the warmed modules (WARMED), then loads this module and
-# the few it needs (SOURCES: landlock, seccomp, wire, rules, confine, reap) from a memfd
+# the few it needs (SOURCES: landlock, libc, seccomp, wire, rules, confine, reap) from a memfd
 # the cold init filled (so nothing comes from sys.path, and no file of toolsrv need be
 # readable by the tools' uid), and calls serve().
 #
@@ -32,7 +32,6 @@
 # tool code, so nothing of one call reaches the next.
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
 import gc
@@ -47,6 +46,7 @@ import sys
 
 from toolsrv.run.kernel import landlock
 from toolsrv.run.kernel.confine import confine_rest
+from toolsrv.run.init.libc import check as _check, libc as _libc
 from toolsrv.run.init.wire import MAX_PACKET, recv_into
 from toolsrv.run.init.reap import reap_until
 from toolsrv.run.kernel.rules import RuleCache
@@ -58,7 +58,7 @@ MAX_FDS = 8
 WARMED = ("json", "re", "stat", "errno", "collections", "base64", "shutil", "subprocess",
           "socket", "threading", "signal", "time")
 # What BOOT loads from the memfd, in order (each may import only those before it).
-SOURCES = ("toolsrv.run.kernel.landlock", "toolsrv.run.init.wire", "toolsrv.run.init.reap",
+SOURCES = ("toolsrv.run.kernel.landlock", "toolsrv.run.init.libc", "toolsrv.run.init.wire", "toolsrv.run.init.reap",
            "toolsrv.run.kernel.rules", "toolsrv.run.kernel.seccomp", "toolsrv.run.kernel.confine",
            "toolsrv.run.init.warm")
 # argv: -c BOOT <socket fd> <memfd> <WARMED, comma-separated>
@@ -107,7 +107,6 @@ except BaseException as _e:
 _r.exit(None)
 """
 
-_libc = ctypes.CDLL(None, use_errno=True)
 _DROPPED: list = []  # the modules a call's interpreter no longer lists
 
 
@@ -358,8 +357,3 @@ def _stdio(fd: int, name: str, old: object) -> object:
     stream.mode = "w" if write else "r"
     return stream
 
-
-def _check(ret: int) -> None:
-    if ret != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))

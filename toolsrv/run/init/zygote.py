@@ -41,6 +41,8 @@ import socket
 import sys
 
 from toolsrv.run.init import cold as runinit
+from toolsrv.run.init.libc import check as _check, libc as _libc, setns as _setns, \
+    unshare as _unshare
 from toolsrv.run.init.wire import MAX_PACKET, recv_into
 from toolsrv.run.kernel.cgroups import RunGroups
 from toolsrv.run.kernel.idmap import make_userns
@@ -54,7 +56,6 @@ MAX_WANTED = 64  # spares the server may ask for at once
 RLIMITS = {n: getattr(resource, f"RLIMIT_{n.upper()}")
            for n in ("cpu", "as", "fsize", "nofile", "core", "nproc", "data", "stack", "memlock")}
 
-_libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
 
@@ -64,15 +65,6 @@ def _call(name: str, *args: int) -> None:
     _check(fn(*(ctypes.c_long(a) for a in full)))
 
 
-def _check(ret: int) -> None:
-    if ret != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
-_unshare = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, use_errno=True)(("unshare", _libc))
-_setns = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                          use_errno=True)(("setns", _libc))
 
 
 class Zygote:
