@@ -52,6 +52,10 @@ class FakeRegistry:
         return "".join(f"{t.name}\t{t.tier}\t{t.description}\n"
                        for t in sorted(self.tools.values(), key=lambda t: t.name))
 
+    def why_missing(self, name: str) -> str:
+        """As Registry.why_missing: nothing more to say of an unknown name here."""
+        return ""
+
     def errors_text(self) -> str:
         return "broken.meta\tline 1 column 2: Expecting value\n"
 

@@ -66,7 +66,7 @@ class Fit:
 
 
 def fill(parts: list | tuple, long: str) -> str:
-    from toolsrv.tree.calls.jsonargs import fit
+    from toolsrv.errors import fit
     out = ""
     for p in parts:
         if isinstance(p, Hole):
@@ -259,7 +259,7 @@ class Scan:
     def _call(self, m: Module, e: ast.Call) -> list[list]:
         name = _callee(e)
         if name == "fit":                     # jsonargs.fit(prefix, detail, suffix=SUFFIX)
-            from toolsrv.tree.calls.jsonargs import SUFFIX
+            from toolsrv.errors import SUFFIX
             args = list(e.args) + [kw.value for kw in e.keywords]
             parts = [self.part(m, a) for a in args[:3]]
             if len(args) < 3:
@@ -380,7 +380,7 @@ def _bad(scan: Scan) -> list[str]:
 
 FAKE = '''\
 from toolsrv.errors import P9Error
-from toolsrv.tree.calls.jsonargs import fit
+from toolsrv.errors import fit
 
 
 def refusal(x) -> str:

@@ -16,11 +16,43 @@ EXPECTED = {
     E.EOPEN: errno.EBADF, E.ENOTOPEN: errno.EBADF, E.EWALKOPEN: errno.EBADF,
     E.EBADNAME: errno.EINVAL, E.EEXIST: errno.EEXIST, E.ENOAUTH: errno.EACCES,
     E.EDUPTAG: errno.EBUSY, E.ENOVERSION: errno.EINVAL, E.EBADMODE: errno.EINVAL,
-    E.EINTERNAL: errno.EIO, E.EBUSY: errno.EBUSY, E.ETIMEOUT: errno.ETIMEDOUT,
+    E.EINTERNAL: errno.EIO, E.ETIMEOUT: errno.ETIMEDOUT,
     E.ECANCELLED: errno.EIO, E.EREVWAIT: errno.EINVAL,
     E.EBADDIR: errno.ENOTDIR, E.EBADSTRING: errno.EINVAL, E.EBADTYPE: errno.EINVAL,
     E.EMSIZE: errno.EINVAL, E.EWCOUNT: errno.EINVAL,
 }
+
+
+# the constructors, with the words their callers give them
+MADE = {
+    E.busy("too many fids", 4096): errno.EBUSY,
+    E.busy("session s is being removed", then="try again"): errno.EBUSY,
+    E.too_long("ctl", 65536, "line"): errno.E2BIG,
+    E.too_long("invalid args", 1 << 20): errno.E2BIG,
+    E.fit("cwd: no such directory: ", "/x" * 200, ""): errno.ENOENT,
+    E.fit("invalid args: ", "x: " + "y" * 300): errno.EINVAL,
+}
+
+
+@pytest.mark.parametrize("ename", sorted(MADE))
+def test_each_constructor_says_its_errno_word(ename):
+    assert E.errno_for(ename) == MADE[ename], (ename, errno.errorcode[E.errno_for(ename)])
+    assert len(ename.encode()) < E.ERRMAX
+
+
+def test_busy_and_too_long_read_as_before():
+    assert E.busy("too many fids", 9) == "resource busy: too many fids (limit 9)"
+    assert E.busy("agent a is being removed", then="try again") == \
+        "resource busy: agent a is being removed (try again)"
+    assert E.too_long("search", 8, "need") == "search: need longer than 8 bytes: too long"
+    assert E.too_long("invalid args", 8) == "invalid args: longer than 8 bytes: too long"
+
+
+def test_fit_keeps_a_path_whole_and_the_whole_text_for_the_log():
+    path = "/very/long/" + "d" * 150 + "/file"
+    made = E.fit("cwd: no such directory: ", path, "")
+    assert len(made.encode()) < E.ERRMAX and made.full.endswith(path)
+    assert made.startswith("cwd: no such directory: ")
 
 
 def test_every_declared_string_has_an_expectation():

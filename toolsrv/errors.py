@@ -33,6 +33,40 @@ class P9Error(Exception):
         self.ename = ename
 
 
+SUFFIX = " (invalid argument)"
+
+
+class Fitted(str):
+    """What fit() gives: the text cut to fit, with the whole of it in `full` (which a
+    P9Error made of it keeps for the agent's log)."""
+    full: str
+
+
+def fit(prefix: str, detail: str, suffix: str = SUFFIX) -> Fitted:
+    """The Rerror prefix + detail + suffix, with detail shortened in the middle (shorten:
+    a path is never cut) so the whole fits in ERRMAX; the uncut text is in `.full`."""
+    detail = " ".join(detail.split())
+    whole = prefix + detail + suffix
+    room = ERRMAX - 1 - len(prefix.encode()) - len(suffix.encode())
+    detail = shorten(detail, max(room, 0))    # the middle goes, a path stays whole
+    out = Fitted(prefix + detail + suffix)
+    out.full = whole
+    return out
+
+
+def busy(what: str, limit: int | None = None, then: str = "") -> str:
+    """The Rerror of a bound reached or a name not yet free: `resource busy: WHAT`, then
+    ` (limit N)` and ` (THEN)`, what the client may do (9pfuse: EBUSY)."""
+    return (f"resource busy: {what}" + (f" (limit {limit})" if limit is not None else "")
+            + (f" ({then})" if then else ""))
+
+
+def too_long(what: str, limit: int, thing: str = "") -> str:
+    """The Rerror of a write past a bound: `WHAT: [THING ]longer than N bytes: too long`
+    (9pfuse: E2BIG)."""
+    return f"{what}: {thing + ' ' if thing else ''}longer than {limit} bytes: too long"
+
+
 def shorten(text: str, room: int) -> str:
     """`text` in at most `room` bytes, never cut through a path (a word holding "/"): a
     long value (a word over 40 characters) loses its middle first, then whole words go
@@ -109,12 +143,12 @@ EBADMODE = "illegal open mode (invalid argument)"
 EMSIZE = "msize too small (invalid argument)"
 EWCOUNT = "write count above the iounit (invalid argument)"
 EINTERNAL = "input/output error: internal server error"
-EBUSY = "resource busy: too many in use"
 ETIMEOUT = "timeout"
 EREVWAIT = "revwait: write a revision number (invalid argument)"
 
 DECLARED = [v for k, v in dict(globals()).items()
-            if k.isupper() and k not in ("ERRMAX", "DECLARED") and isinstance(v, str)]
+            if k.isupper() and k not in ("ERRMAX", "DECLARED", "SUFFIX", "JOINER")
+            and isinstance(v, str)]
 
 # plan9port src/cmd/9pfuse/errstr.c, in table order.
 _ERRTAB = [

@@ -18,7 +18,7 @@ import yaml
 from apphelpers import AppThread, tools_dir
 from toolsrv.cli.client import Client
 from toolsrv.errors import ERRMAX, P9Error
-from toolsrv.tree.calls.jsonargs import fit
+from toolsrv.errors import fit
 
 TIME = shutil.which("mcp-server-time", path=os.path.dirname(sys.executable))
 needs_time = pytest.mark.skipif(TIME is None, reason="mcp-server-time is not installed "

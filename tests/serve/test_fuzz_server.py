@@ -214,7 +214,7 @@ async def run_sequence(seq: list, tmp: str) -> None:
             continue
         in_flight = len(conn.inflight)
         if (type(m) is Tflush and m.tag not in conn.inflight and m.oldtag != m.tag
-                and m.oldtag in conn.inflight and not isinstance(conn.inflight[m.oldtag], tuple)):
+                and m.oldtag in conn.inflight and conn.inflight[m.oldtag].flushing is None):
             flushes.append((len(replies), m.tag, m.oldtag))
         conn.receive(m)
         sent.append(m)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import P9Error
+from ..errors import P9Error, too_long
 from ..tree.node import Committed, Dir_, Node, answer_read, answered
 
 MAX_LINE = 4096
@@ -67,7 +67,7 @@ class HostsCtl(Node):
             fid.aux["hostsbuf"], buf = buf[cut:], buf[:cut]
             if len(fid.aux["hostsbuf"]) > MAX_LINE:
                 del fid.aux["hostsbuf"]
-                raise P9Error(f"hosts/ctl: line longer than {MAX_LINE} bytes: too long")
+                raise P9Error(too_long("hosts/ctl", MAX_LINE, "line"))
         try:
             text = buf.decode()
         except UnicodeDecodeError:

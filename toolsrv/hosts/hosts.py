@@ -25,8 +25,7 @@ import re
 import socket
 from typing import Any
 
-from ..errors import P9Error
-from ..tree.calls.jsonargs import fit
+from ..errors import P9Error, busy, fit
 from .ctlfile import STATE_FILE
 from .imports import Import, Spec
 
@@ -146,7 +145,7 @@ class Hosts:
         if name in self.imports:
             raise P9Error(fit("hosts/ctl: file already exists: ", name, " is imported already"))
         if len(self.imports) >= MAX_IMPORTS:
-            raise P9Error(f"hosts/ctl: resource busy: at most {MAX_IMPORTS} imports")
+            raise P9Error("hosts/ctl: " + busy(f"at most {MAX_IMPORTS} imports"))
         self.runtime[name] = spec
         self._start(spec)
         self.save()

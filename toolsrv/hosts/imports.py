@@ -38,7 +38,7 @@ from ..errors import P9Error
 from ..record import Record
 from ..registry.names import NAME_MAX, valid_name
 from ..serve import dial
-from ..tree.calls.jsonargs import fit
+from ..errors import fit
 from .ninep import NineP, NinePError
 from .remote import MAX_TOOLS, BadRemoteTool, make
 

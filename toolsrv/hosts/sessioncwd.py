@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import P9Error
-from ..tree.calls.jsonargs import fit
+from ..errors import fit
 from ..tree.node import Dir_, Node
 from ..tree.sessiondirs import written_value
 

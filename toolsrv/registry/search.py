@@ -39,7 +39,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import P9Error
+from ..errors import P9Error, too_long
 from .fusion import fuse
 
 NEED_MAX = 4096         # bytes of one need
@@ -76,7 +76,7 @@ def parse_need(data: bytes, limit: int = LIMIT_DEFAULT) -> tuple[str, int]:
     `limit`).  A write of that line alone returns ("", N): the caller keeps N for the
     next need (a shell's printf may write the two lines apart)."""
     if len(data) > NEED_MAX:
-        raise P9Error(f"search: need longer than {NEED_MAX} bytes: too long")
+        raise P9Error(too_long("search", NEED_MAX, "need"))
     try:
         text = data.decode()
     except UnicodeDecodeError:

@@ -5,8 +5,8 @@
 # write per batch of replies.  server.py is the 9P core: Conn.receive is the single entry
 # point, every precondition is checked there or at the top of a handler (fid.py keeps the
 # fids), a request waiting for a node runs as a task keyed by its tag so Tflush cancels
-# it, and Conn._respond is the one respond path.  auth.py is Tauth's shared secret;
-# tls.py the TLS contexts and the peer's identity for tls! listeners; peers.py who may
+# it, and Conn._respond is the one respond path (req.py: the in-flight Req, Later).
+# auth.py is Tauth's shared secret; tls.py the TLS contexts and the peer's identity for tls! listeners; peers.py who may
 # connect (the peer policy) and the connection a tool is given (Internal).
 #
 # May import: proto, tree/, registry/, run/, dirs/, errors, record.  Never cli/ or app.

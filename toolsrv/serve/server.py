@@ -50,6 +50,7 @@ from toolsrv.proto import (
 from .. import errors as E
 from ..errors import P9Error
 from .fid import Fid
+from .req import Later, Req
 from ..registry.names import valid_name
 from ..record import Record
 from ..tree.node import Committed, Node, Pending
@@ -92,14 +93,6 @@ def _text(m: Any) -> str:
 _MALFORMED = {Twalk.TYPE: E.EBADNAME, Tcreate.TYPE: E.EBADNAME, Twstat.TYPE: E.EBADDIR}
 
 
-class Later:
-    """A handler's answer that needs waiting: `post(await aw)` is the reply."""
-    __slots__ = ("aw", "post")
-
-    def __init__(self, aw: Any, post: Callable[[Any], Any]) -> None:
-        self.aw, self.post = aw, post
-
-
 class ServerConfig(Record):
     FIELDS = ("msize", "max_fids", "max_inflight", "max_held", "trace", "auth", "guard")
 
@@ -129,7 +122,7 @@ class Conn:
         self.on_msize = on_msize
         self.msize = 0                # 0: Tversion not yet accepted
         self.fids: dict[int, Fid] = {}
-        self.inflight: dict[int, Any] = {}
+        self.inflight: dict[int, Req] = {}
         self.flushes: dict[int, list[int]] = {}
         self.saving: set[asyncio.Task] = set()   # tasks of Committed answers: never cancelled
         self.unames: set[str] = set()
@@ -154,16 +147,16 @@ class Conn:
             return self._version(m)
         tag = m.tag
         if not self.msize and not (type(m) is Malformed and m.type == Tversion.TYPE):
-            return self.send_reply(Rerror(tag, E.ENOVERSION))
+            return self._respond(tag, Rerror(tag, E.ENOVERSION), admitted=False)
         if tag in self.inflight:
-            return self.send_reply(Rerror(tag, E.EDUPTAG))
+            return self._respond(tag, Rerror(tag, E.EDUPTAG), admitted=False)
         handler = self._handlers.get(type(m))
         if handler is None:
-            return self.send_reply(Rerror(tag, E.EBADTYPE))
+            return self._respond(tag, Rerror(tag, E.EBADTYPE), admitted=False)
         if len(self.inflight) >= self.config.max_inflight and type(m) is not Tflush:
-            return self.send_reply(Rerror(tag, "resource busy: too many requests in flight "
-                                          f"(limit {self.config.max_inflight})"))
-        self.inflight[tag] = None
+            return self._respond(tag, Rerror(tag, E.busy(
+                "too many requests in flight", self.config.max_inflight)), admitted=False)
+        req = self.inflight[tag] = Req(tag, m)
         try:
             r = handler(m)
         except P9Error as e:
@@ -176,12 +169,12 @@ class Conn:
         if type(r) is Later:
             self.tasks += 1
             if type(r.aw) is Pending:
-                self.inflight[tag] = r.aw
+                req.work = r.aw
                 r.aw.then(lambda value, exc: self._given(tag, r, value, exc))
                 return None
             task = asyncio.get_running_loop().create_task(self._finish(tag, r))
             task.add_done_callback(lambda t: self._cancelled_early(tag, t, r.aw))
-            self.inflight[tag] = task
+            req.work = task
             if type(r.aw) is Committed:
                 self.saving.add(task)
             return None
@@ -192,7 +185,7 @@ class Conn:
         me = asyncio.current_task()
         try:
             value = await later.aw
-            if self.inflight.get(tag) is not me:
+            if not self._owns(tag, me):
                 return                    # aborted meanwhile (a Committed's save went on)
             r = later.post(value)
         except (asyncio.CancelledError, Exception) as e:
@@ -200,12 +193,12 @@ class Conn:
         finally:
             if me is not None:
                 self.saving.discard(me)
-        if self.inflight.get(tag) is me:
+        if self._owns(tag, me):
             self._respond(tag, r)
 
     def _given(self, tag: int, later: Later, value: Any, exc: BaseException | None) -> None:
         """A Pending's outcome: the reply, unless the request was aborted meanwhile."""
-        if self.inflight.get(tag) is not later.aw:
+        if not self._owns(tag, later.aw):
             return
         if exc is not None:
             r = self._failed(tag, exc)
@@ -232,14 +225,24 @@ class Conn:
                 aw = aw.aw
             if inspect.iscoroutine(aw):
                 aw.close()
-            if self.inflight.get(tag) is task:
+            if self._owns(tag, task):
                 self._respond(tag, Rerror(tag, E.EINTR))
 
-    def _respond(self, tag: int, r: Any) -> None:
-        """The one way a request ends: free the tag, reply, then its Rflushes."""
-        self.inflight.pop(tag, None)
+    def _owns(self, tag: int, work: Any) -> bool:
+        """Whether the request in flight under `tag` is still the one `work` answers (not
+        aborted, nor its tag reused since)."""
+        req = self.inflight.get(tag)
+        return req is not None and req.work is work
+
+    def _respond(self, tag: int, r: Any, admitted: bool = True) -> None:
+        """The one way a request ends: free the tag, reply, then its Rflushes.  A request
+        refused before it was admitted (no Tversion yet, a duplicate tag, an unknown type,
+        too many in flight; a Tversion, which is never in flight) holds no tag to free:
+        a duplicate's tag is still the first request's."""
+        if admitted:
+            self.inflight.pop(tag, None)
         self.send_reply(r)
-        for ftag in self.flushes.pop(tag, ()):
+        for ftag in self.flushes.pop(tag, ()) if admitted else ():
             self.inflight.pop(ftag, None)
             self.send_reply(Rflush(ftag))
 
@@ -253,7 +256,8 @@ class Conn:
     # -- lifecycle --
     def _abort_all(self) -> None:
         """Cancel every request (dropping its reply) and clunk every fid."""
-        tasks = [t for t in self.inflight.values() if isinstance(t, (asyncio.Task, Pending))]
+        tasks = [q.work for q in self.inflight.values()
+                 if isinstance(q.work, (asyncio.Task, Pending))]
         self.inflight.clear()
         self.flushes.clear()
         for t in tasks:
@@ -293,7 +297,7 @@ class Conn:
         if num in self.fids or num == NOFID:
             raise P9Error(E.EFIDINUSE)
         if len(self.fids) >= self.config.max_fids:
-            raise P9Error(f"resource busy: too many fids (limit {self.config.max_fids})")
+            raise P9Error(E.busy("too many fids", self.config.max_fids))
 
     def iounit(self) -> int:
         return self.msize - IOHDRSZ
@@ -304,15 +308,15 @@ class Conn:
         clunked (version(5)).  One that fails (msize too small; a version we do not speak,
         answered "unknown") leaves the connection as it was."""
         if m.msize < 256:
-            return self.send_reply(Rerror(m.tag, E.EMSIZE))
+            return self._respond(m.tag, Rerror(m.tag, E.EMSIZE), admitted=False)
         msize = min(m.msize, self.config.msize)
         if not m.version.startswith("9P2000"):
-            return self.send_reply(Rversion(m.tag, msize, "unknown"))
+            return self._respond(m.tag, Rversion(m.tag, msize, "unknown"), admitted=False)
         self._abort_all()
         self.msize = msize
         if self.on_msize:
             self.on_msize(msize)
-        return self.send_reply(Rversion(m.tag, msize, "9P2000"))
+        return self._respond(m.tag, Rversion(m.tag, msize, "9P2000"), admitted=False)
 
     def _malformed(self, m: Malformed) -> Any:
         """A sound frame with bad content (proto.Malformed): this request fails, the
@@ -349,12 +353,13 @@ class Conn:
         old = self.inflight.get(m.oldtag)
         if m.oldtag == m.tag or old is None:
             return Rflush(m.tag)
-        root = old[1] if isinstance(old, tuple) else m.oldtag
+        root = old.flushing if old.flushing is not None else m.oldtag
         self.flushes.setdefault(root, []).append(m.tag)
-        self.inflight[m.tag] = ("flush", root)
+        self.inflight[m.tag].flushing = root
         target = self.inflight.get(root)
-        if isinstance(target, (asyncio.Task, Pending)) and target not in self.saving:
-            target.cancel()               # a Committed is answered for real, then Rflush
+        work = target.work if target is not None else None
+        if isinstance(work, (asyncio.Task, Pending)) and work not in self.saving:
+            work.cancel()                 # a Committed is answered for real, then Rflush
         return _PENDING
 
     def _walk(self, m: Twalk) -> Rwalk:
@@ -537,8 +542,8 @@ class Conn:
             del fid.aux[k]
         self._account(fid)
         limit = self.config.max_held
-        raise P9Error("resource busy: fids of this connection hold over " + (
-            f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes") + " (clunk some)")
+        raise P9Error(E.busy("fids of this connection hold over " + (
+            f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"), then="clunk some"))
 
     def _clunk(self, m: Tclunk) -> Rclunk:
         fid = self.fids.pop(m.fid, None)

@@ -45,7 +45,7 @@ from typing import Any, Callable
 from toolsrv.proto import Framer, ProtocolError, Rerror, encode
 
 from .dial import Addr, ensure_private_dir
-from ..errors import EINTERNAL, P9Error
+from ..errors import EINTERNAL, P9Error, busy
 from ..record import Record
 from .server import Conn, ServerConfig
 
@@ -119,11 +119,10 @@ class Gate(Record):
             if why:
                 return why
         if self.total >= self.max_conns:
-            return f"resource busy: too many connections (limit {self.max_conns})"
+            return busy("too many connections", self.max_conns)
         n = self.counts.get(peer.key, 0)
         if n >= self.max_conns_per_peer:
-            return (f"resource busy: too many connections from {peer.key} "
-                    f"(limit {self.max_conns_per_peer})")
+            return busy(f"too many connections from {peer.key}", self.max_conns_per_peer)
         self.counts[peer.key] = n + 1
         self.total += 1
         return None

@@ -26,10 +26,11 @@ from typing import Any, NoReturn
 
 from .calls.apply import Calls
 from .calls.scheduler import Call, invalid_call
-from ..errors import P9Error
+from ..errors import P9Error, too_long
 from .root import json_text
 from .sessiondirs import AgentDir, after_save
-from .calls.jsonargs import fit, json_state
+from ..errors import fit
+from .calls.jsonargs import json_state
 from .state.sessions import Agent
 from .node import (Dir_, FixedDir, Node, Pending, TextFile, answer_read, answered,
                    changes, snapshot_read)
@@ -113,7 +114,7 @@ class CtlFile(Node):
             fid.aux["ctlbuf"], buf = buf[cut:], buf[:cut]
             if len(fid.aux["ctlbuf"]) > MAX_CTL_LINE:
                 del fid.aux["ctlbuf"]
-                self._refuse(P9Error(f"ctl: line longer than {MAX_CTL_LINE} bytes: too long"))
+                self._refuse(P9Error(too_long("ctl", MAX_CTL_LINE, "line")))
         try:
             text = buf.decode()
         except UnicodeDecodeError:
@@ -193,7 +194,7 @@ class CallFile(Node):
         buf += data
         if len(buf) > d.calls.max_args:
             del fid.aux["argbuf"]
-            self._refuse(P9Error(f"invalid args: longer than {d.calls.max_args} bytes: too long"))
+            self._refuse(P9Error(too_long("invalid args", d.calls.max_args)))
         try:
             text = buf.decode()
         except UnicodeDecodeError as e:

@@ -7,7 +7,7 @@ own sandbox.
 """
 from __future__ import annotations
 
-from ..errors import P9Error
+from ..errors import P9Error, fit
 from .node import Node
 
 
@@ -46,4 +46,4 @@ class AgentScope:
                 len(p) == 7 and p[4] == "tools" and p[6] == "call"):
             return
         what = "/".join(p) or "/"
-        raise P9Error(f"permission denied: {what} is outside this tool's scope"[:120])
+        raise P9Error(fit("permission denied: ", what, " is outside this tool's scope"))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from toolsrv.proto import DMDIR, DMTMP
 
 from .. import errors as E
-from ..errors import P9Error
+from ..errors import P9Error, too_long
 from .state.sessions import Agent, Session
 from .node import Committed, Dir_, FixedDir, Node, changes, snapshot_read
 
@@ -160,7 +160,7 @@ def written_value(name: str, fid: Any, data: bytes) -> str:
     buf += data
     if len(buf) > VALUE_MAX:
         del fid.aux["wbuf"]
-        raise P9Error(f"{name}: value longer than {VALUE_MAX} bytes: too long")
+        raise P9Error(too_long(name, VALUE_MAX, "value"))
     try:
         return buf.decode().strip()
     except UnicodeDecodeError:

@@ -16,8 +16,8 @@ from typing import Any
 
 from . import ctl, timebound
 from .scheduler import Call, Scheduler, invalid_call
-from ...errors import P9Error
-from .jsonargs import fit, take_elevated, validate
+from ...errors import P9Error, fit
+from .jsonargs import take_elevated, validate
 from ..state.sessions import Agent, SessionStore
 
 MAX_ARGS = 1 << 20  # bytes of JSON args one call may write (default of --max-args)

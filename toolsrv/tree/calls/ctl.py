@@ -10,7 +10,7 @@ white space; empty lines and lines starting with '#' are ignored.
 from __future__ import annotations
 
 from ...errors import P9Error
-from .jsonargs import fit
+from ...errors import fit
 from ...registry.names import valid_name
 
 VERBS = ("tool_load", "tool_unload", "cancel")

@@ -15,33 +15,12 @@ import re
 from typing import Any
 
 
-from ...errors import ERRMAX, P9Error, shorten
+from ...errors import P9Error, fit
 from ...registry.schemaref import unresolved, validator as schema_validator
 
 _LITERALS = ("true", "false", "null")
 _NUMBER_TAIL = re.compile(r"-?[0-9]*\.?[0-9]*(?:[eE][-+]?[0-9]*)?\s*\Z")
 _validators: dict[int, tuple[Any, Any]] = {}
-
-SUFFIX = " (invalid argument)"
-
-
-class Fitted(str):
-    """What fit() gives: the text cut to fit, with the whole of it in `full` (which a
-    P9Error made of it keeps for the agent's log)."""
-    full: str
-
-
-def fit(prefix: str, detail: str, suffix: str = SUFFIX) -> Fitted:
-    """prefix + detail + suffix, with detail shortened in the middle (errors.shorten: a
-    path is never cut) so the whole fits in ERRMAX."""
-    detail = " ".join(detail.split())
-    whole = prefix + detail + suffix
-    room = ERRMAX - 1 - len(prefix.encode()) - len(suffix.encode())
-    detail = shorten(detail, max(room, 0))    # the middle goes, a path stays whole
-    out = Fitted(prefix + detail + suffix)
-    out.full = whole
-    return out
-
 
 def json_state(text: str) -> tuple[str, Any]:
     """("complete", value) | ("incomplete", None) | ("invalid", reason)."""

@@ -28,8 +28,7 @@ import time
 from typing import Any, Callable
 
 from ... import errors as E
-from ...errors import P9Error, defuse
-from .jsonargs import fit
+from ...errors import P9Error, busy, defuse, fit
 from ...record import Plain
 from ...registry import warmstart
 from ...run.live import Live, parse as parse_progress
@@ -177,7 +176,7 @@ class Scheduler:
     def start(self, call: Call, tool: Any, profile_name: str) -> None:
         queued = sum(1 for c in self.live if c.state == "queued")
         if queued >= self.max_queued:
-            raise P9Error(f"resource busy: too many queued calls (limit {self.max_queued})")
+            raise P9Error(busy("too many queued calls", self.max_queued))
         self.live.add(call)
         call.task = asyncio.get_running_loop().create_task(self._run(call, tool, profile_name))
         call.task.add_done_callback(lambda _: self._end(call))   # even if cancelled unstarted

@@ -26,7 +26,7 @@ from typing import Any
 from ...errors import P9Error
 from ...run.sandbox import load_profile
 from .scheduler import limit_source
-from .jsonargs import fit
+from ...errors import fit
 
 FIELD = "timeoutArg"
 _cache: dict[tuple[int, float], tuple[Any, dict]] = {}

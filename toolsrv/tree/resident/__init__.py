@@ -8,5 +8,5 @@
 # tool, from its source).  Started through run/ (Runner.open_resident), confined as a cold
 # run is.
 #
-# May import: run/, tree/calls/jsonargs.py (fit), errors, record.  Never the namespace of
+# May import: run/, errors, record.  Never the namespace of
 # tree/, serve/, app or cli/.

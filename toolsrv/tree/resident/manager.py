@@ -41,7 +41,7 @@ from ...errors import defuse
 from ...record import Plain
 from . import lspedit, lspproto, mcp as mcpproto, process as resident
 from ...run.runner import RunRequest, RunResult
-from ..calls.jsonargs import fit
+from ...errors import fit
 
 log = logging.getLogger("toolsrv.resident")
 

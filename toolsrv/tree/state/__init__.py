@@ -1,5 +1,5 @@
 # toolsrv/tree/state/ — the server's state: sessions.py (sessions, agents, loaded tools,
 # state.json saved in a group commit, the private cwds).
 #
-# May import: tree/calls/jsonargs.py (fit), registry/names, dirs/, errors, record.
+# May import: registry/names, dirs/, errors, record.
 # Never the namespace of tree/, serve/, app or cli/.

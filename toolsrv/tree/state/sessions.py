@@ -53,8 +53,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from ... import errors as E
 from ...dirs import trusted
-from ...errors import P9Error
-from ..calls.jsonargs import fit
+from ...errors import P9Error, busy, fit
 from ...registry.names import valid_name
 from ...record import Plain
 
@@ -249,10 +248,10 @@ class SessionStore:
         if name in self.sessions:
             raise P9Error(E.EEXIST)
         if ("s", name) in self._going:
-            raise P9Error(f"resource busy: session {name} is being removed (try again)")
+            raise P9Error(busy(f"session {name} is being removed", then="try again"))
         if self._count(temporary) >= self.max_sessions:
-            raise P9Error(f"resource busy: too many {'temporary ' if temporary else ''}"
-                          f"sessions (limit {self.max_sessions})")
+            raise P9Error(busy(f"too many {'temporary ' if temporary else ''}sessions",
+                               self.max_sessions))
         s = Session(name, self._make_private_cwd(name), temporary=temporary)
         self.sessions[name] = s
 
@@ -304,7 +303,7 @@ class SessionStore:
 
     def set_cwd(self, s: Session, path: str) -> None | Awaitable[None]:
         if not os.path.isabs(path) or not os.path.isdir(path):
-            raise P9Error(f"cwd: no such directory: {path}"[:120])
+            raise P9Error(fit("cwd: no such directory: ", path, ""))
         path = os.path.realpath(path)
         old = s.cwd, s.private_cwd
         mine = os.path.realpath(s.cwd)
@@ -325,7 +324,7 @@ class SessionStore:
 
     def set_sandbox(self, s: Session, name: str) -> None | Awaitable[None]:
         if not valid_name(name):
-            raise P9Error(f"sandbox: illegal profile name: {name!r}"[:120])
+            raise P9Error(fit("sandbox: illegal profile name: ", repr(name), ""))
         if self.check_profile:
             try:
                 self.check_profile(name)
@@ -345,10 +344,9 @@ class SessionStore:
         if name in s.agents:
             raise P9Error(E.EEXIST)
         if ("a", s.serial, name) in self._going:
-            raise P9Error(f"resource busy: agent {name} is being removed (try again)")
+            raise P9Error(busy(f"agent {name} is being removed", then="try again"))
         if len(s.agents) >= self.max_agents:
-            raise P9Error(f"resource busy: too many agents in session {s.name} "
-                          f"(limit {self.max_agents})")
+            raise P9Error(busy(f"too many agents in session {s.name}", self.max_agents))
         a = Agent(name, s)
         s.agents[name] = a
 
