@@ -55,7 +55,7 @@ from toolsrv.registry.registry import Registry  # noqa: E402
 from toolsrv.registry.search import SearchIndex  # noqa: E402
 
 from .common import REPO, finish, lat, one, parser, row  # noqa: E402
-from .searchsets import SHARED, public_sets, write_tools  # noqa: E402
+from .searchsets import APIBANK, SHARED, public_sets, write_tools  # noqa: E402
 
 B = "search"
 SAMPLE = REPO / "bench" / "data" / "search_sample.json"
@@ -261,6 +261,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     help="directory with gorilla's data/api and data/apibench files")
     ap.add_argument("--bfcl", default=os.environ.get("TOOLSRV_BFCL") or str(SHARED / "bfcl"),
                     help="directory with BFCL v4's question files and possible_answer/")
+    ap.add_argument("--apibank", default=str(APIBANK),
+                    help="API-Bank's api-bank/ folder (DAMO-ConvAI; $TOOLSRV_APIBANK)")
     ap.add_argument("-n", type=int, default=10000, help="tools in the scale figures")
     ap.add_argument("--sets", nargs="*", default=[], metavar="FILE",
                     help="more converted sets, each JSON in search_sample.json's form")
@@ -285,11 +287,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
 def all_quality_rows(opts: Any, sem: Any) -> list[dict]:
     rows = quality_rows("own sample", json.loads(SAMPLE.read_text()), sem)
     sets = public_sets(Path(opts.apibench) if opts.apibench else None,
-                       Path(opts.bfcl) if opts.bfcl else None)
+                       Path(opts.bfcl) if opts.bfcl else None,
+                       Path(opts.apibank) if opts.apibank else None)
     for label, data in sets:
         if data is None:
             rows.append(row(B, f"recall@5, {label}", "", None, target="skipped",
-                            note="its files are missing: give --apibench/--bfcl DIR "
+                            note="its files are missing: give --apibench/--bfcl/--apibank DIR "
                             "(bench/searchsets.py says where to get them)"))
             continue
         if opts.quick:

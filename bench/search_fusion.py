@@ -34,7 +34,7 @@ from toolsrv.registry import fusion  # noqa: E402
 from toolsrv.registry.registry import Registry  # noqa: E402
 from toolsrv.registry.search import FIELDS, SEMANTIC_FIELDS, SearchIndex  # noqa: E402
 
-from .searchsets import SHARED, public_sets, write_tools  # noqa: E402
+from .searchsets import APIBANK, SHARED, public_sets, write_tools  # noqa: E402
 
 SINGLES = (("bm25", None), ("embedding", None))
 GRID = [round(0.1 * i, 1) for i in range(1, 10)]
@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     ap.add_argument("--apibench", default=str(SHARED / "apibench"))
     ap.add_argument("--bfcl", default=str(SHARED / "bfcl"))
+    ap.add_argument("--apibank", default=str(APIBANK))
     ap.add_argument("--ablation", action="store_true")
     ap.add_argument("--quick", action="store_true", help="200 queries per set")
     opts = ap.parse_args(argv)
@@ -180,7 +181,8 @@ def main(argv: list[str] | None = None) -> None:
     sem = Semantic()
     if not sem.load():
         sys.exit(f"search_fusion: the semantic model is needed: {sem.error}")
-    data_sets = {n: d for n, d in public_sets(Path(opts.apibench), Path(opts.bfcl)) if d}
+    data_sets = {n: d for n, d in public_sets(Path(opts.apibench), Path(opts.bfcl),
+                                                   Path(opts.apibank)) if d}
     if opts.quick:
         for d in data_sets.values():
             d["queries"] = d["queries"][:200]

@@ -11,6 +11,14 @@
       tool (its first doc: description, and its parameters as args with their
       descriptions); a query is a question's user turns, relevant: the function its answer
       (possible_answer/) calls.  No keywords: BFCL's docs have none.
+  API-Bank (Alibaba DAMO-ConvAI, api-bank/, Apache-2.0): every API class of `apis/` and
+      `lv3_apis/` is one tool (its `description`, and its `input_parameters` as args with
+      their descriptions; read from the source with ast, never run); a query is a dialogue
+      of `lv1-lv2-samples/` (level 1 with the APIs' docs given, level 2 with a tool
+      searcher): its first user turn, relevant: the APIs the dialogue calls, but for the
+      helpers every dialogue calls on the way (GetUserToken, ToolSearcher).  Not in
+      shared/: fetch it yourself (doc/search.md, Public sets) and name the folder with
+      $TOOLSRV_APIBANK or --apibank (default ~/.cache/toolsrv-bench/api-bank).
 
 The files are not in this repository (fetched data is kept apart, doc/search.md): they are
 read from shared/data/{apibench,bfcl} in the nearest folder above the checkout that has
@@ -19,7 +27,9 @@ one (../shared beside the project) by default, or from the directories given
 """
 from __future__ import annotations
 
+import ast
 import json
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -141,7 +151,63 @@ def bfcl(root: Path) -> dict[str, Any] | None:
     return {"tools": list(tools.values()), "queries": queries}
 
 
-def public_sets(apibench_dir: Path | None, bfcl_dir: Path | None
+APIBANK = Path(os.environ.get("TOOLSRV_APIBANK")
+               or Path.home() / ".cache" / "toolsrv-bench" / "api-bank")
+APIBANK_HELPERS = {"GetUserToken", "ToolSearcher"}   # called on the way, not the need
+
+
+def _literal(node: ast.AST) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        return None
+
+
+def _apibank_tools(folder: Path) -> dict[str, dict[str, Any]]:
+    """API-Bank's API classes in `folder`, from their source (class attributes
+    description and input_parameters), without running any of it."""
+    tools: dict[str, dict[str, Any]] = {}
+    for f in sorted(folder.glob("*.py")):
+        for node in ast.parse(f.read_text(errors="replace")).body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            attrs = {t.id: _literal(a.value) for a in node.body if isinstance(a, ast.Assign)
+                     for t in a.targets if isinstance(t, ast.Name)}
+            if not isinstance(attrs.get("description"), str) or node.name == "API":
+                continue
+            props = {}
+            for k, v in (attrs.get("input_parameters") or {}).items():
+                d = v.get("description") if isinstance(v, dict) else None
+                props[_BAD.sub("_", str(k))[:60] or "arg"] = \
+                    {"description": d} if isinstance(d, str) else {}
+            tools.setdefault(node.name, {"name": node.name, "description": attrs["description"],
+                                         "args": {"type": "object", "properties": props}})
+    return tools
+
+
+def apibank(root: Path) -> dict[str, Any] | None:
+    """API-Bank's APIs as a pool of tools and its level-1/2 dialogues as needs, or None."""
+    samples = root / "lv1-lv2-samples"
+    if not (root / "apis").is_dir() or not samples.is_dir():
+        return None
+    tools = _apibank_tools(root / "apis")
+    for name, t in _apibank_tools(root / "lv3_apis").items():
+        tools.setdefault(name, t)
+    queries = []
+    for f in sorted(samples.glob("*/*.jsonl")):
+        turns = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        need = next((t.get("text", "") for t in turns if t.get("role") == "User"), "")
+        need = " ".join(need.split()).encode()[:NEED_BYTES].decode(errors="ignore")
+        rel = sorted({t["api_name"] for t in turns if t.get("role") == "API"
+                      and t.get("api_name") in tools} - APIBANK_HELPERS)
+        if need and rel:
+            queries.append({"query": need, "relevant": rel, "part": f.parent.name})
+    tools.pop("ToolSearcher", None)     # the searcher itself is what is being measured
+    return {"tools": list(tools.values()), "queries": queries}
+
+
+def public_sets(apibench_dir: Path | None, bfcl_dir: Path | None,
+                apibank_dir: Path | None = APIBANK
                 ) -> list[tuple[str, dict[str, Any] | None]]:
     """(label, set or None: its files are missing) for every public set."""
     out: list[tuple[str, dict[str, Any] | None]] = []
@@ -149,6 +215,7 @@ def public_sets(apibench_dir: Path | None, bfcl_dir: Path | None
         out.append((f"APIBench {label}",
                     apibench(apibench_dir, apis, evals) if apibench_dir else None))
     out.append(("BFCL v4", bfcl(bfcl_dir) if bfcl_dir else None))
+    out.append(("API-Bank", apibank(apibank_dir) if apibank_dir else None))
     return out
 
 
