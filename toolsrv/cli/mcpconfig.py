@@ -18,8 +18,6 @@ from typing import Any
 
 from ..serve import dial
 
-CLIENTS = ("claude", "cursor", "vscode")
-
 
 def command() -> list[str]:
     """The absolute command that runs this toolsrv, for a process with any PATH."""

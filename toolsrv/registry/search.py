@@ -310,10 +310,6 @@ class SearchIndex:
 
     # --- semantic -------------------------------------------------------------------
 
-    def semantic_ready(self) -> bool:
-        """True when a search needs no model load first (loaded, failed, or lexical)."""
-        return self.semantic is None or self.semantic.tried
-
     def load_semantic(self) -> None:
         """Load the model (blocking: about a second; tree/searchfile.py runs it in a worker
         thread), then embed every indexed tool there too."""

@@ -27,7 +27,6 @@ import stat
 
 _NAME = re.compile(r"python(3(\.[0-9]+)?)?")
 _PLAIN = re.compile(r"[A-Za-z0-9._+,:@%/=-]+", re.ASCII)
-STARTUP_ENV = ("LC_ALL", "LC_CTYPE", "LANG", "TZ")  # and every PYTHON* variable
 _shebangs: dict[str, tuple[tuple[int, int, int], list[str] | None]] = {}
 
 
@@ -124,11 +123,6 @@ def _find(name: str, env: dict[str, str]) -> str | None:
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     return None
-
-
-def startup_env(env: dict[str, str]) -> dict[str, str]:
-    """What of a call's environment Python reads while it starts."""
-    return {k: v for k, v in env.items() if k.startswith("PYTHON") or k in STARTUP_ENV}
 
 
 def describe(argv: list[str], meta_warm: object, cwd: str | None = None) -> dict:

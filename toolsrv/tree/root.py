@@ -219,23 +219,3 @@ def _text(tool: Any, attr: str, make: Callable[[Any], bytes]) -> bytes:
 def json_text(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode()
 
-
-class EmptyRegistry:
-    """A registry with no tools (the tree's seam before one is configured)."""
-
-    revision = 0
-    tools: dict = {}
-
-    def get(self, name: str) -> None:
-        return None
-
-    def index_text(self) -> str:
-        return ""
-
-    def errors_text(self) -> str:
-        return ""
-
-    async def wait_change(self, seen: int, timeout: float) -> int:
-        import asyncio
-        await asyncio.sleep(timeout)
-        return self.revision

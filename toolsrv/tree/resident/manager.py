@@ -53,7 +53,7 @@ BACKOFF_MAX = 60.0
 class Entry(Plain):
     """One resident process slot of an agent: the process (if up) and its history."""
     FIELDS = ("key", "protocol", "idle", "agent", "name", "proc", "client", "where", "fails",
-              "next_try", "stopped", "timer", "lock", "calls", "users")
+              "next_try", "stopped", "timer", "lock", "users")
 
     def __init__(self, key: tuple, protocol: str, idle: float, agent: Any = None,
                  name: str = "") -> None:
@@ -70,7 +70,6 @@ class Entry(Plain):
         self.stopped = ""               # why the last process ended
         self.timer: asyncio.TimerHandle | None = None
         self.lock = asyncio.Lock()
-        self.calls = 0
         self.users: dict[Any, set[str]] = {}   # lsp: the agents that share it, their tools
 
     def status_line(self) -> str:
@@ -177,7 +176,6 @@ class Residents:
                                     call.args, timeout, call.kill)
         else:
             rep = await resident.lines_call(proc, compact(call.args), timeout, call.kill)
-        e.calls += 1
         self._outcome(call, e, rep)
 
     async def _start(self, call: Any, e: Entry, tool: Any, req: RunRequest, where: tuple,

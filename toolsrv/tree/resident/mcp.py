@@ -36,7 +36,6 @@ class Client:
         self.pipe = pipe
         self.ids = itertools.count(1)
         self.ready = False
-        self.server_info: dict[str, Any] = {}
         self.last_id = 0
 
     def _send(self, msg: dict[str, Any]) -> None:
@@ -85,7 +84,6 @@ class Client:
             "clientInfo": CLIENT_INFO})
         if "result" not in resp or not isinstance(resp["result"], dict):
             raise MCPError(f"initialize failed: {_rpc_error(resp)}")
-        self.server_info = resp["result"]
         self.notify("notifications/initialized")
         self.ready = True
         return resp["result"]

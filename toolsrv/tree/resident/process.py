@@ -65,7 +65,6 @@ class Process:
         self.stdout_cap, self.stderr_cap = stdout_cap, stderr_cap
         self.started = time.monotonic()
         self.calls = 0
-        self.lock = asyncio.Lock()      # calls to one process run one at a time, in order
         self._out = bytearray()
         self._scan = 0                  # bytes of _out known to hold no newline
         self._wake: asyncio.Future[None] | None = None
@@ -81,7 +80,6 @@ class Process:
             os.set_blocking(fd, False)
         loop.add_reader(handle.stdout, self._read_out)
         loop.add_reader(handle.stderr, self._read_err)
-        self._fds = [handle.stdin, handle.stdout, handle.stderr]
         self._timer: asyncio.TimerHandle | None = None
         handle.exited.add_done_callback(self._exited)
 
