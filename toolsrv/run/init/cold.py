@@ -47,6 +47,7 @@ from typing import NoReturn
 
 from toolsrv.run.kernel import cgroups, idmap
 from toolsrv.run.kernel.confine import confine_rest
+from toolsrv.run.kernel.libc import check, setns, unshare
 from toolsrv.run.init.wire import MAX_PACKET, recv_into
 from toolsrv.run.init.reap import reap_until
 from toolsrv.run.kernel.rules import RuleCache
@@ -61,9 +62,6 @@ _RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
 _SYSNO = {"x86_64": (116, 117, 119), "aarch64": (159, 147, 149)}.get(os.uname().machine)
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_unshare = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, use_errno=True)(("unshare", _libc))
-_setns = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                          use_errno=True)(("setns", _libc))
 _syscall3 = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
                              ctypes.c_long, use_errno=True)(("syscall", _libc))
 
@@ -77,12 +75,6 @@ class Context:
         self.pidns, self.netns, self.filter, self.userns = pidns, netns, seccomp, userns
 
 
-def _check(ret: int) -> None:
-    if ret != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
 def main(sock: socket.socket, ctx: Context, group: list[str],
          run: tuple[bytes, list[int]] | None, keep: tuple[int, ...]) -> NoReturn:
     """The init's whole life, in the freshly forked child; never returns."""
@@ -90,9 +82,9 @@ def main(sock: socket.socket, ctx: Context, group: list[str],
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         _close_all_but({sock.fileno(), ctx.netns, ctx.userns, *keep})
-        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0))
+        check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0))
         if not ctx.pidns:
-            _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
+            check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
         joined: OSError | None = None
         try:
             cgroups.join(group)
@@ -163,10 +155,10 @@ def _confine_and_spawn(ctx: Context, msg: dict, fds: list[int], ruleset: int) ->
     step = "fs"
     uid = msg.get("uid")
     try:
-        _check(_unshare(CLONE_FS))
+        check(unshare(CLONE_FS))
         if msg["netns"] and ctx.netns >= 0:
             step = "netns"
-            _check(_setns(ctx.netns, CLONE_NEWNET))
+            check(setns(ctx.netns, CLONE_NEWNET))
         if msg.get("mounts"):
             step = "mounts"
             if ctx.userns < 0:
@@ -180,9 +172,9 @@ def _confine_and_spawn(ctx: Context, msg: dict, fds: list[int], ruleset: int) ->
             if _SYSNO is None:
                 raise OSError(errno.ENOSYS, f"uid switch unsupported on {os.uname().machine}")
             gid = msg["gid"]
-            _check(_syscall3(_SYSNO[0], 0, 0, 0))
-            _check(_syscall3(_SYSNO[2], gid, gid, gid))
-            _check(_syscall3(_SYSNO[1], uid, uid, uid))
+            check(_syscall3(_SYSNO[0], 0, 0, 0))
+            check(_syscall3(_SYSNO[2], gid, gid, gid))
+            check(_syscall3(_SYSNO[1], uid, uid, uid))
         confine_rest(msg["cwd"], ruleset, bool(msg.get("nnp")), ctx.filter)
         step = "exec: " + msg["argv"][0]
         pid = os.posix_spawn(
@@ -224,7 +216,7 @@ def _warm_up(sock: socket.socket, ctx: Context, msg: dict, fds: list[int]) -> No
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
         if msg["netns"] and ctx.netns >= 0:
             step = "netns"
-            _check(_setns(ctx.netns, CLONE_NEWNET))
+            check(setns(ctx.netns, CLONE_NEWNET))
         if msg.get("mounts"):  # the grants of its kind, idmapped, in its own mount ns
             step = "mounts"
             idmap.apply(msg["mounts"], ctx.userns, msg["uid"])

@@ -6,7 +6,7 @@
 # execs that interpreter, exactly as a cold run would start it, with BOOT as its program.
 # It stays pid 1 of its PID namespace and in its cgroup.  BOOT notes what a pristine
 # interpreter has loaded, imports the warmed modules (WARMED), then loads this module and
-# the few it needs (SOURCES: landlock, seccomp, wire, rules, confine, reap) from a memfd
+# the few it needs (SOURCES: landlock, libc, seccomp, wire, rules, confine, reap) from a memfd
 # the cold init filled (so nothing comes from sys.path, and no file of toolsrv need be
 # readable by the tools' uid), and calls serve().
 #
@@ -47,6 +47,7 @@ import sys
 
 from toolsrv.run.kernel import landlock
 from toolsrv.run.kernel.confine import confine_rest
+from toolsrv.run.kernel.libc import check
 from toolsrv.run.init.wire import MAX_PACKET, recv_into
 from toolsrv.run.init.reap import reap_until
 from toolsrv.run.kernel.rules import RuleCache
@@ -58,9 +59,9 @@ MAX_FDS = 8
 WARMED = ("json", "re", "stat", "errno", "collections", "base64", "shutil", "subprocess",
           "socket", "threading", "signal", "time")
 # What BOOT loads from the memfd, in order (each may import only those before it).
-SOURCES = ("toolsrv.run.kernel.landlock", "toolsrv.run.init.wire", "toolsrv.run.init.reap",
-           "toolsrv.run.kernel.rules", "toolsrv.run.kernel.seccomp", "toolsrv.run.kernel.confine",
-           "toolsrv.run.init.warm")
+SOURCES = ("toolsrv.run.kernel.landlock", "toolsrv.run.kernel.libc", "toolsrv.run.init.wire",
+           "toolsrv.run.init.reap", "toolsrv.run.kernel.rules", "toolsrv.run.kernel.seccomp",
+           "toolsrv.run.kernel.confine", "toolsrv.run.init.warm")
 # argv: -c BOOT <socket fd> <memfd> <WARMED, comma-separated>
 # LOAD makes BOOT's modules from the memfd alone: their packages first (empty, so an import
 # of toolsrv, toolsrv.run or its folders init/ and kernel/ never searches sys.path: the
@@ -206,7 +207,7 @@ def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
     """The init's loop; returns only in a forked child, confined, ready to run a script."""
     sock = socket.socket(fileno=sock_fd)
     sock.set_inheritable(False)
-    _check(_libc.prctl(1, signal.SIGKILL, 0, 0, 0))  # PR_SET_PDEATHSIG, as a cold init
+    check(_libc.prctl(1, signal.SIGKILL, 0, 0, 0))  # PR_SET_PDEATHSIG, as a cold init
     rules, filt = RuleCache(), Filter()
     buf = mmap.mmap(-1, MAX_PACKET, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     # up: from now on an end without a report is the run's, not ours; and the bytecode
@@ -357,9 +358,3 @@ def _stdio(fd: int, name: str, old: object) -> object:
                               line_buffering=line, write_through=not buffered)
     stream.mode = "w" if write else "r"
     return stream
-
-
-def _check(ret: int) -> None:
-    if ret != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))

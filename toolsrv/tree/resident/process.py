@@ -31,8 +31,8 @@ import time
 from typing import Any
 
 from toolsrv.record import Record
+from toolsrv.run.pumps import CHUNK, last_line, read_chunk
 
-CHUNK = 65536
 TAIL = 2048  # bytes of stderr kept for the reason of a process that ends
 
 
@@ -98,7 +98,7 @@ class Process:
         code = os.waitstatus_to_exitcode(status) if status is not None else 0
         why = f"process exited with status {code}" if code >= 0 else \
             f"process killed by signal {-code}"
-        last = _last_line(bytes(self.tail))
+        last = last_line(bytes(self.tail))
         return f"{why}: {last}" if last else why
 
     # -- stdin --
@@ -130,12 +130,9 @@ class Process:
 
     # -- stdout --
     def _read_out(self) -> None:
-        try:
-            data = os.read(self.handle.stdout, CHUNK)
-        except BlockingIOError:
+        data = read_chunk(self.handle.stdout)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self.eof = True
             asyncio.get_running_loop().remove_reader(self.handle.stdout)
@@ -203,12 +200,9 @@ class Process:
 
     # -- stderr --
     def _read_err(self) -> None:
-        try:
-            data = os.read(self.handle.stderr, CHUNK)
-        except BlockingIOError:
+        data = read_chunk(self.handle.stderr)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             asyncio.get_running_loop().remove_reader(self.handle.stderr)
             return
@@ -312,13 +306,6 @@ def _children_pidfds(handle: Any) -> list[int]:
         else:
             os.close(fd)
     return out
-
-
-def _last_line(data: bytes) -> str:
-    for line in reversed(data.decode("utf-8", "replace").splitlines()):
-        if line.strip():
-            return line.strip()
-    return ""
 
 
 def quote(data: bytes, n: int = 40) -> str:
