@@ -34,13 +34,13 @@ from toolsrv.run.elevation import request_approval
 from toolsrv.run.kernel.idmap import Planner
 from toolsrv.run.launcher import WARM_IDLE, Launcher, LauncherDied, LaunchHandle
 from toolsrv.run.ownscript import ScriptCache
+from toolsrv.run.init.wire import DEFAULT_PATH
 from toolsrv.run.pumps import Collector, Feeder
 from toolsrv.record import Record
 from toolsrv.run.scratch import _Scratch
 from toolsrv.run.warmplan import WARM_RETRY, warm_request
 from toolsrv.run.sandbox import Policy, Profile, landlock_status, missing_parts, placeholder_values
 
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 DEFAULT_RLIMITS = {"as": 8 << 30, "fsize": 1 << 30, "nofile": 4096, "core": 0, "nproc": 4096}
 DEFAULT_RUN_LIMITS = {"pids": 1024, "memory": 4 << 30}
 DRAIN_GRACE = 2.0  # seconds to reach EOF on the pipes after the run has ended or been killed

@@ -48,7 +48,7 @@ from typing import NoReturn
 from toolsrv.run.kernel import cgroups, idmap
 from toolsrv.run.kernel.confine import confine_rest
 from toolsrv.run.kernel.libc import check, setns, unshare
-from toolsrv.run.init.wire import MAX_PACKET, recv_into
+from toolsrv.run.init.wire import DEFAULT_PATH, MAX_PACKET, recv_into
 from toolsrv.run.init.reap import reap_until
 from toolsrv.run.kernel.rules import RuleCache
 from toolsrv.run.kernel.seccomp import Filter
@@ -267,7 +267,7 @@ def _find(name: str, env: dict[str, str]) -> str:
     """The program path, searched in the tool's PATH (not ours) when name has no slash."""
     if "/" in name:
         return name
-    for d in env.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":"):
+    for d in env.get("PATH", DEFAULT_PATH).split(":"):
         candidate = os.path.join(d or ".", name)
         if os.path.isfile(candidate):
             return candidate
