@@ -275,8 +275,8 @@ class Scheduler:
         elif call.task is not None:
             call.task.cancel()
 
-    def kill(self, agent: Agent, tools: set[str] | None = None) -> int:
-        """Stop the agent's queued and running calls (of `tools`, or all)."""
+    def stop_agent(self, agent: Agent, tools: set[str] | None = None) -> int:
+        """Stop the agent's queued and running calls (of `tools`, or all); how many."""
         n = 0
         for c in list(self.live):
             if c.agent is agent and (tools is None or c.tool in tools):
