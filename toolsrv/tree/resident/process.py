@@ -166,30 +166,29 @@ class Process:
             if self.eof or not self.alive:
                 if self.alive:
                     await asyncio.wait({self.handle.exited}, timeout=1.0)
-                raise Ended(f"EOF on stdout: {self.exit_reason()}" if self.eof else
-                            self.exit_reason())
-            self._wake = asyncio.get_running_loop().create_future()
-            try:
-                await self._wake
-            finally:
-                self._wake = None
+                raise self._ended()
+            await self._more()
 
     async def chunk(self) -> bytes:
         """Whatever stdout holds now (waiting for some), for a framed protocol (lsp);
         raises Ended at EOF or once the process has ended."""
         while not self._out:
             if self.eof or not self.alive:
-                raise Ended(f"EOF on stdout: {self.exit_reason()}" if self.eof else
-                            self.exit_reason())
-            self._wake = asyncio.get_running_loop().create_future()
-            try:
-                await self._wake
-            finally:
-                self._wake = None
-        out = bytes(self._out)
-        self._out.clear()
-        self._scan = 0
-        return out
+                raise self._ended()
+            await self._more()
+        return self.leftover()
+
+    def _ended(self) -> Ended:
+        return Ended(f"EOF on stdout: {self.exit_reason()}" if self.eof else
+                     self.exit_reason())
+
+    async def _more(self) -> None:
+        """Until _read_out has read more of stdout (or its end)."""
+        self._wake = asyncio.get_running_loop().create_future()
+        try:
+            await self._wake
+        finally:
+            self._wake = None
 
     def leftover(self) -> bytes:
         """Output not asked for (written between calls); taken away."""
