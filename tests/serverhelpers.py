@@ -1,11 +1,16 @@
 """Helpers of the tests that misbehave against a whole server on a thread: a raw 9P
-connection on a bare socket, waiting for an event (bounded), stopping a server clean."""
+connection on a bare socket, waiting for an event (bounded), stopping a server clean; and
+`toolsrv serve` as a process of its own (ServeProcess)."""
 from __future__ import annotations
 
+import os
 import shutil
 import socket
+import subprocess
+import sys
 import time
 
+from toolsrv.cli.client import Client, ClientError
 from toolsrv.proto import IOHDRSZ, NOFID, NOTAG, Framer, Rerror, Rversion, Tattach, Tversion, encode
 
 from apphelpers import AppThread
@@ -82,3 +87,31 @@ def wait_for(pred, timeout: float = 20.0) -> bool:
             return True
         time.sleep(0.01)
     return pred()
+
+
+class ServeProcess:
+    """`toolsrv serve -a unix!HOME/ns/toolsrv ARGS` as a process of its own, with `home` as
+    its HOME and cwd and its output appended to HOME/LOG; returns once it answers."""
+
+    def __init__(self, home: str, args: list[str], log: str) -> None:
+        self.addr = f"unix!{home}/ns/toolsrv"
+        env = {k: v for k, v in os.environ.items() if k not in ("OLLIE_TOOLS_PATH",
+                                                                 "TOOLSRV_ADDR")}
+        env.update(HOME=home, XDG_STATE_HOME=os.path.join(home, "xdg"))
+        self.log = open(os.path.join(home, log), "a+")
+        self.p = subprocess.Popen([sys.executable, "-m", "toolsrv", "serve", "-a", self.addr,
+                                   *args], cwd=home, env=env, stderr=self.log, stdout=self.log)
+        assert wait_for(self._answers, 60), self.output()
+
+    def _answers(self) -> bool:
+        assert self.p.poll() is None, self.output()
+        try:
+            with Client.connect(self.addr, timeout=5) as c:
+                c.read("revision")
+            return True
+        except (OSError, ClientError):
+            return False
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()

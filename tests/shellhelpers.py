@@ -111,6 +111,17 @@ def mounted(env: dict, mountpoint: str | None = None) -> Iterator[str]:
         unmount(mp)
 
 
+@contextlib.contextmanager
+def mounted_or_skip(env: dict) -> Iterator[str]:
+    """mounted(env), or the test skipped where there is no FUSE (fuse_missing says why)."""
+    why = fuse_missing()
+    if why:
+        import pytest
+        pytest.skip(why)
+    with mounted(env) as m:
+        yield m
+
+
 def sh(script: str, env: dict, cwd: str = REPO, timeout: float = 60,
        check: bool = False) -> subprocess.CompletedProcess:
     """Run script with bash in a process group of its own.  Past `timeout` the whole group

@@ -1,36 +1,30 @@
-"""No dead code in the product (issue 28): vulture over toolsrv/, with the names used only
-where it does not look listed, each with its reason, in tests/vulture_allow.py."""
+"""No dead code in toolsrv/: vulture finds nothing that nothing uses (issue 28).
+
+vulture reads toolsrv/, and tests/ and bench/ as its users (a function kept for a test
+or a benchmark is used), with tests/vulture_allow.py, the short list of names used where
+vulture cannot see it (asyncio's callbacks, the protocol's constants, source text).
+Confidence 60 is vulture's word for an unused function, class, method, attribute or
+variable; 80 or more would report only unused imports and unreachable code, and the
+dead code this check keeps out (issue 28's EmptyRegistry, semantic_ready, startup_env)
+would pass it.  Only what it finds in toolsrv/ counts.
+"""
 from __future__ import annotations
 
-import ast
 import os
 import subprocess
 import sys
 
-import pytest
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ALLOW = os.path.join("tests", "vulture_allow.py")
 
 
-def test_vulture_finds_nothing_unused_in_the_product():
-    pytest.importorskip("vulture", reason="vulture is in the test extra: make test installs it")
-    r = subprocess.run([sys.executable, "-m", "vulture", "toolsrv", "tests/vulture_allow.py",
-                        "--min-confidence", "60", "--exclude", "toolsrv/man"],
+def test_vulture_finds_no_dead_code_in_toolsrv():
+    r = subprocess.run([sys.executable, "-m", "vulture", "toolsrv", "tests", "bench", ALLOW,
+                        "--min-confidence", "60"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and not r.stdout.strip(), (
-        "vulture found unused code: remove it, or, if something vulture cannot see uses "
-        "it, name it in tests/vulture_allow.py with why:\n" + r.stdout + r.stderr)
-
-
-def test_the_allow_list_names_only_what_vulture_would_flag():
-    """An allow-list entry whose code is gone, or used now, is one to drop."""
-    pytest.importorskip("vulture", reason="vulture is in the test extra: make test installs it")
-    r = subprocess.run([sys.executable, "-m", "vulture", "toolsrv", "--min-confidence", "60",
-                        "--exclude", "toolsrv/man", "--make-whitelist"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
-    flagged = {line.split()[0].removeprefix("_.") for line in r.stdout.splitlines() if line}
-    with open(os.path.join(ROOT, "tests", "vulture_allow.py")) as f:
-        tree = ast.parse(f.read())
-    listed = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \
-        {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-    assert listed - {"_"} <= flagged, sorted(listed - {"_"} - flagged)
+    assert "No module named vulture" not in r.stderr, \
+        "vulture is missing: install the test extra (pip install -e '.[test]', or make)"
+    assert r.returncode in (0, 3), r.stderr      # 3: it found dead code; else it failed
+    found = [line for line in r.stdout.splitlines() if line.startswith("toolsrv" + os.sep)]
+    assert not found, ("dead code (remove it, or list a name used where vulture cannot "
+                       "see it in tests/vulture_allow.py):\n" + "\n".join(found))

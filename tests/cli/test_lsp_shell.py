@@ -12,7 +12,7 @@ import tempfile
 import pytest
 
 from lsphelpers import PROJECT, PYLSP, write_project
-from shellhelpers import TOOLSRV, fuse_missing, mounted, serving, sh
+from shellhelpers import TOOLSRV, mounted_or_skip, serving, sh
 
 pytestmark = pytest.mark.skipif(PYLSP is None, reason="python-lsp-server is not installed "
                                 "(the lsp extra of setup.cfg: pip install 'toolsrv[lsp]')")
@@ -30,10 +30,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def mnt(server):
-    why = fuse_missing()
-    if why:
-        pytest.skip(why)
-    with mounted(server[0]) as m:
+    with mounted_or_skip(server[0]) as m:
         yield m
 
 

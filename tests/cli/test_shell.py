@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from shellhelpers import REPO, TOOLSRV, fuse_missing, mounted, serving, sh, wait_until
+from shellhelpers import REPO, TOOLSRV, mounted_or_skip, serving, sh, wait_until
 
 SLEEPER = "#!/bin/sh\nexec sleep \"$(sed 's/[^0-9.]//g')\"\n"
 SCRIPT = os.path.join(REPO, "examples", "session.sh")
@@ -29,10 +29,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def mnt(server):
-    why = fuse_missing()
-    if why:
-        pytest.skip(why)
-    with mounted(server) as m:
+    with mounted_or_skip(server) as m:
         yield m
 
 

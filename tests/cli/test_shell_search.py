@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 
-from shellhelpers import TOOLSRV, fuse_missing, mounted, serving, sh
+from shellhelpers import TOOLSRV, mounted_or_skip, serving, sh
 
 TOOLS = {"pdf_split": (None, {"cmd": "cat", "description": "Cut a PDF document into parts.",
                               "keywords": ["split pdf pages", "burst"]}),
@@ -43,10 +43,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def mnt(server):
-    why = fuse_missing()
-    if why:
-        pytest.skip(why)
-    with mounted(server[0]) as m:
+    with mounted_or_skip(server[0]) as m:
         yield m
 
 

@@ -25,16 +25,15 @@ pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'to
 
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
-from apphelpers import AppThread, add_tool  # noqa: E402
-from mcphelpers import REPO, WAIT, env, face_tools, stdio_face, text  # noqa: E402
-from serverhelpers import stop_clean  # noqa: E402
+from apphelpers import add_tool  # noqa: E402
+from mcphelpers import REPO, WAIT, env, stdio_face, text  # noqa: E402
 
 STATS = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 
 
 @pytest.fixture(scope="module")
-def tools():
-    d = face_tools()
+def tools(tools):                   # conftest.py's, and these
+    d = tools
     add_tool(d, "pure", "#!/bin/sh\ncat\n", {
         "readOnly": True, "title": "Pure echo", "prompt": "Use pure to echo things back."})
     add_tool(d, "wipe", "#!/bin/sh\necho wiped\n", {"destructive": True, "idempotent": True})
@@ -43,15 +42,7 @@ def tools():
     add_tool(d, "badstats", "#!/bin/sh\necho '{\"n\": \"three\"}'\n", {"outputSchema": STATS})
     add_tool(d, "slow", "#!/bin/sh\nsleep 9; echo done\n")
     add_tool(d, "where", "#!/bin/sh\npwd\n")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def server(tools):
-    app = AppThread([tools]).start()
-    yield app
-    stop_clean(app)
+    return d
 
 
 @pytest.fixture(scope="module")

@@ -24,27 +24,12 @@ pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'to
 
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
-from apphelpers import AppThread, add_tool  # noqa: E402
-from mcphelpers import FACE, HttpFace, Notes, env, face_tools, http_face, text, token_file  # noqa: E402
-from serverhelpers import stop_clean  # noqa: E402
+from apphelpers import add_tool  # noqa: E402
+from mcphelpers import FACE, HttpFace, Notes, env, http_face, text, token_file  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tools"))
 from sandbox_support import processes_with  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def tools():
-    d = face_tools()
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def server(tools):
-    app = AppThread([tools]).start()
-    yield app
-    stop_clean(app)
 
 
 @pytest.fixture(scope="module")

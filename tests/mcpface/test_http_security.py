@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 
@@ -28,8 +27,7 @@ pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'to
 import mcp_types as types  # noqa: E402
 
 from apphelpers import AppThread  # noqa: E402
-from mcphelpers import (REPO, HttpFace, face_tools, http_face, modern_client,  # noqa: E402
-                        text)
+from mcphelpers import REPO, HttpFace, http_face, modern_client, text  # noqa: E402
 from serverhelpers import stop_clean, wait_for  # noqa: E402
 from toolsrv.cli.client import Client as NineClient  # noqa: E402
 
@@ -38,13 +36,6 @@ HDRS = {"Accept": "application/json, text/event-stream", "Content-Type": "applic
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {},
     "clientInfo": {"name": "raw", "version": "0"}}}
-
-
-@pytest.fixture(scope="module")
-def tools():
-    d = face_tools()
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

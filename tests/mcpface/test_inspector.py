@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,9 +16,8 @@ import pytest
 
 pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'toolsrv[mcp]')")
 
-from apphelpers import AppThread  # noqa: E402
-from mcphelpers import face_tools  # noqa: E402
-from serverhelpers import stop_clean  # noqa: E402
+from npmhelpers import npm_prefix  # noqa: E402
+
 
 VERSION = "0.15.0"
 PACKAGE = f"@modelcontextprotocol/inspector@{VERSION}"
@@ -27,31 +25,9 @@ PACKAGE = f"@modelcontextprotocol/inspector@{VERSION}"
 
 @pytest.fixture(scope="module")
 def inspector() -> str:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        pytest.skip("node is absent (no node or npm on PATH): the MCP Inspector CLI test "
-                    "needs node 18+ and npm (apt install nodejs npm)")
-    cache = os.environ.get("TOOLSRV_TEST_CACHE") or os.path.expanduser("~/.cache/toolsrv-tests")
-    prefix = os.path.join(cache, f"inspector-{VERSION}")
-    binary = os.path.join(prefix, "node_modules", ".bin", "mcp-inspector")
-    if not os.path.exists(binary):
-        os.makedirs(prefix, exist_ok=True)
-        p = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error",
-                            "--prefix", prefix, PACKAGE], capture_output=True, text=True,
-                           timeout=900, stdin=subprocess.DEVNULL)
-        if p.returncode or not os.path.exists(binary):
-            pytest.skip(f"npm could not install {PACKAGE} (offline?): "
-                        f"{(p.stderr or p.stdout).strip()[-300:]}")
-    return binary
-
-
-@pytest.fixture(scope="module")
-def server():
-    d = face_tools()
-    app = AppThread([d]).start()
-    yield app
-    stop_clean(app)
-    shutil.rmtree(d, ignore_errors=True)
+    binary = os.path.join("node_modules", ".bin", "mcp-inspector")
+    return os.path.join(npm_prefix(f"inspector-{VERSION}", [PACKAGE], binary,
+                                   "the MCP Inspector CLI test needs node 18+"), binary)
 
 
 def inspect(binary: str, addr: str, *method: str) -> dict:

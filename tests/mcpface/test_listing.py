@@ -4,7 +4,6 @@ pages of PAGE tools with an opaque cursor that the SDK's client follows to the w
 list, and an invalid cursor answered -32602."""
 from __future__ import annotations
 
-import shutil
 
 import anyio
 import pytest
@@ -14,31 +13,22 @@ pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'to
 from mcp.shared.exceptions import MCPError  # noqa: E402
 import mcp_types as types  # noqa: E402
 
-from apphelpers import AppThread, add_tool  # noqa: E402
-from mcphelpers import face_tools, stdio_face, text  # noqa: E402
-from serverhelpers import stop_clean  # noqa: E402
+from apphelpers import add_tool  # noqa: E402
+from mcphelpers import stdio_face, text  # noqa: E402
 from toolsrv.mcp.server import PAGE  # noqa: E402
 
 MANY = PAGE * 2 + 37
 
 
 @pytest.fixture(scope="module")
-def tools():
-    d = face_tools()
+def tools(tools):                   # conftest.py's, and these
+    d = tools
     add_tool(d, "listy", "#!/bin/sh\ncat\n", {"args": {
         "type": ["object"], "properties": {"q": {"type": "string"}}, "required": ["q"],
         "additionalProperties": False}})
     for n in range(MANY):
         add_tool(d, f"bulk{n:04d}", None, {"description": f"bulk tool {n}", "cmd": "cat"})
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def server(tools):
-    app = AppThread([tools]).start()
-    yield app
-    stop_clean(app)
+    return d
 
 
 def test_a_type_list_schema_is_listed_as_written_and_callable(server):

@@ -6,7 +6,6 @@ in an error result, and the test of its results is skipped saying why."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import anyio
 import pytest
@@ -15,19 +14,8 @@ pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'to
 
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
-from apphelpers import AppThread  # noqa: E402
-from mcphelpers import face_tools, stdio_face, text  # noqa: E402
-from serverhelpers import stop_clean  # noqa: E402
+from mcphelpers import stdio_face, text  # noqa: E402
 from toolsrv.cli.client import Client, ClientError  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def server():
-    d = face_tools()
-    app = AppThread([d]).start()
-    yield app
-    stop_clean(app)
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def has_search(addr: str) -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 
 import anyio
@@ -19,30 +18,14 @@ from mcp.client.client import Client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS  # noqa: E402
 
-from apphelpers import AppThread  # noqa: E402
-from mcphelpers import (CLIENT, FACE, WAIT, HttpFace, add_tool, env, face_tools,  # noqa: E402
-                        modern_client, text)
-from serverhelpers import stop_clean, wait_for  # noqa: E402
+from mcphelpers import (CLIENT, FACE, WAIT, HttpFace, add_tool, env, modern_client, text)  # noqa: E402
+from serverhelpers import wait_for  # noqa: E402
 from toolsrv.cli.client import Client as NineClient  # noqa: E402
 
 
 def sessions(addr: str) -> list[str]:
     with NineClient.connect(addr) as c:
         return [e.name for e in c.ls("session")]
-
-
-@pytest.fixture(scope="module")
-def tools():
-    d = face_tools()
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def server(tools):
-    app = AppThread([tools]).start()
-    yield app
-    stop_clean(app)
 
 
 async def exercise(client: Client, tools: str, newcomer: str) -> dict:

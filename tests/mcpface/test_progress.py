@@ -90,10 +90,6 @@ def test_the_timeout_arg_is_listed_bounded_and_refused_over_it(server):
 
 
 def test_a_tools_progress_reaches_the_typescript_sdk_client(server):
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        pytest.skip("node is absent (no node or npm on PATH): the TypeScript SDK test needs "
-                    "node 18+ and npm (apt install nodejs npm)")
     prefix = _install()
     f = HttpFace("-a", server.addr, "--http", "127.0.0.1:0")
     try:
@@ -113,17 +109,7 @@ def test_a_tools_progress_reaches_the_typescript_sdk_client(server):
 def _install() -> str:
     """The TypeScript SDK as test_ts_sdk.py installs it, and the progress client beside."""
     import test_ts_sdk as ts
-    cache = os.environ.get("TOOLSRV_TEST_CACHE") or os.path.expanduser("~/.cache/toolsrv-tests")
-    prefix = os.path.join(cache, f"ts-sdk-{ts.VERSION}")
-    if not os.path.exists(os.path.join(prefix, "node_modules", "@modelcontextprotocol", "sdk",
-                                       "package.json")):
-        os.makedirs(prefix, exist_ok=True)
-        p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error",
-                            "--prefix", prefix, ts.PACKAGE], capture_output=True, text=True,
-                           timeout=900, stdin=subprocess.DEVNULL)
-        if p.returncode:
-            pytest.skip(f"npm could not install {ts.PACKAGE} (offline?): "
-                        f"{(p.stderr or p.stdout).strip()[-300:]}")
+    prefix = ts.install()
     shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ts", "progress.mjs"),
                 os.path.join(prefix, "progress.mjs"))
     return prefix

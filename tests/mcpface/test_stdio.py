@@ -33,15 +33,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from sandbox_support import processes_with  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def server():
-    d = face_tools()
-    app = AppThread([d]).start()
-    yield app
-    stop_clean(app)
-    shutil.rmtree(d, ignore_errors=True)
-
-
 def sessions(addr: str) -> list[str]:
     with Client.connect(addr) as c:
         return sorted(e.name for e in c.ls("session"))

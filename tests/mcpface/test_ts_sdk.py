@@ -18,43 +18,28 @@ import pytest
 
 pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'toolsrv[mcp]')")
 
-from apphelpers import AppThread  # noqa: E402
 from mcphelpers import HttpFace  # noqa: E402
-from serverhelpers import stop_clean  # noqa: E402
+from npmhelpers import npm_prefix  # noqa: E402
 from test_features import STATS, tools  # noqa: E402,F401  (the same tools)
 
 VERSION = "1.32.2"
 PACKAGE = f"@modelcontextprotocol/sdk@{VERSION}"
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ts", "client.mjs")
+NEEDS = "the TypeScript SDK test needs node 18+"
+
+
+def install() -> str:
+    """The cache directory the SDK is installed in (test_progress.py's client uses it too)."""
+    return npm_prefix(f"ts-sdk-{VERSION}", [PACKAGE], os.path.join(
+        "node_modules", "@modelcontextprotocol", "sdk", "package.json"), NEEDS)
 
 
 @pytest.fixture(scope="module")
 def sdk() -> str:
     """The directory the SDK is installed in (a node_modules beside the client)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        pytest.skip("node is absent (no node or npm on PATH): the TypeScript SDK test needs "
-                    "node 18+ and npm (apt install nodejs npm)")
-    cache = os.environ.get("TOOLSRV_TEST_CACHE") or os.path.expanduser("~/.cache/toolsrv-tests")
-    prefix = os.path.join(cache, f"ts-sdk-{VERSION}")
-    if not os.path.exists(os.path.join(prefix, "node_modules", "@modelcontextprotocol", "sdk",
-                                       "package.json")):
-        os.makedirs(prefix, exist_ok=True)
-        p = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error",
-                            "--prefix", prefix, PACKAGE], capture_output=True, text=True,
-                           timeout=900, stdin=subprocess.DEVNULL)
-        if p.returncode:
-            pytest.skip(f"npm could not install {PACKAGE} (offline?): "
-                        f"{(p.stderr or p.stdout).strip()[-300:]}")
+    prefix = install()
     shutil.copy(SCRIPT, os.path.join(prefix, "client.mjs"))   # resolves its node_modules
     return prefix
-
-
-@pytest.fixture(scope="module")
-def server(tools):  # noqa: F811
-    app = AppThread([tools]).start()
-    yield app
-    stop_clean(app)
 
 
 def test_the_typescript_sdk_client_over_http(sdk, server, tools):  # noqa: F811

@@ -393,3 +393,22 @@ def test_meta_says_how_a_python_tool_starts(tmp_path) -> None:  # type: ignore[n
         "warm": False, "why": "interpreter flag -u is not warmed"}
     assert warmstart.describe(["/bin/sh", "-c", "echo hi"], None)["why"] == \
         "not a Python script"
+
+
+def test_a_shebang_reads_as_the_kernel_and_env_run_it() -> None:
+    """One #! rule for warm planning and import-mcp's grants: env's program in env's
+    place unless a flag follows env; no more of the line than the kernel reads."""
+    from toolsrv.registry.warmstart import SHEBANG_MAX, shebang
+    assert shebang(b"#!/usr/bin/env python3 -u\nprint(1)\n") == ["python3", "-u"]
+    assert shebang(b"#!/usr/bin/env -S python3 -u\n") == ["/usr/bin/env", "-S", "python3", "-u"]
+    assert shebang(b"#! /usr/bin/python3\n") == ["/usr/bin/python3"]
+    assert shebang(b"print(1)\n") == [] and shebang(b"") == []
+    long = b"#!/bin/" + b"x" * SHEBANG_MAX + b" -u\n"
+    assert shebang(long) == ["/bin/" + "x" * (SHEBANG_MAX - len(b"#!/bin/"))]
+
+
+def test_the_warm_plan_looks_on_the_runs_default_path() -> None:
+    """registry/ may not import run/: its copy of a run's default PATH is the runner's."""
+    from toolsrv.registry import warmstart
+    from toolsrv.run.init import wire
+    assert warmstart.DEFAULT_PATH == wire.DEFAULT_PATH

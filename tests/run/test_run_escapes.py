@@ -185,14 +185,20 @@ def test_a_wedged_launcher_is_killed_and_replaced(monkeypatch: pytest.MonkeyPatc
         w.close()
 
 
+def with_run_cgroups(config: RunnerConfig) -> Harness:
+    """A harness whose runs each get a cgroup; the test is skipped where there are none."""
+    lim = Harness(config)
+    if not lim.runner.launcher.cgroups.startswith("cgroup"):
+        lim.close()
+        pytest.skip(f"no run cgroups here: {lim.runner.launcher.cgroups}")
+    return lim
+
+
 @pytest.mark.skipif(not ROOT, reason="RLIMIT_NPROC is counted per uid: needs the nobody switch")
 def test_a_fork_bomb_in_one_run_does_not_starve_another() -> None:
     """Today's default rlimits count processes per uid, shared by every run: with a run
     cgroup, the bomb hits its own pids.max and another run's forks still succeed."""
-    lim = Harness(RunnerConfig(rlimits={"nproc": 150}, run_limits={"pids": 100}))
-    if not lim.runner.launcher.cgroups.startswith("cgroup"):
-        lim.close()
-        pytest.skip(f"no run cgroups here: {lim.runner.launcher.cgroups}")
+    lim = with_run_cgroups(RunnerConfig(rlimits={"nproc": 150}, run_limits={"pids": 100}))
     try:
         m = marker()
         flag = lim.cwd / f"bombed-{m}"
@@ -249,10 +255,7 @@ def test_a_fork_bomb_in_one_run_does_not_starve_another() -> None:
 
 
 def test_a_run_over_its_memory_bound_is_killed() -> None:
-    lim = Harness(RunnerConfig(run_limits={"pids": 100, "memory": 64 << 20}))
-    if not lim.runner.launcher.cgroups.startswith("cgroup"):
-        lim.close()
-        pytest.skip(f"no run cgroups here: {lim.runner.launcher.cgroups}")
+    lim = with_run_cgroups(RunnerConfig(run_limits={"pids": 100, "memory": 64 << 20}))
     try:
         # 200 MiB in 8 MiB steps, each written: far under RLIMIT_AS, over the run's 64 MiB
         res = py(lim, """

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -20,7 +19,7 @@ import pytest
 from toolsrv.cli.client import Client, ClientError
 
 from apphelpers import add_tool
-from serverhelpers import wait_for
+from serverhelpers import ServeProcess
 
 CG = "/sys/fs/cgroup"
 
@@ -34,7 +33,7 @@ def _groups_of(pid: int) -> list[str]:
     return sorted(out)
 
 
-class Server:
+class Server(ServeProcess):
     def __init__(self, *args: str) -> None:
         self.home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
         os.chmod(self.home, 0o755)
@@ -47,28 +46,7 @@ class Server:
         add_tool(self.tools, "hog", "#!/usr/bin/env python3\nimport json, sys\n"
                  "a = json.load(sys.stdin)\nb = bytearray(a['mib'] << 20)\n"
                  "for i in range(0, len(b), 4096):\n    b[i] = 1\nprint('held', a['mib'])\n")
-        self.addr = f"unix!{self.home}/ns/toolsrv"
-        env = {k: v for k, v in os.environ.items() if k not in ("OLLIE_TOOLS_PATH",
-                                                                 "TOOLSRV_ADDR")}
-        env.update(HOME=self.home, XDG_STATE_HOME=os.path.join(self.home, "xdg"))
-        self.log = open(os.path.join(self.home, "log"), "w+")
-        self.p = subprocess.Popen([sys.executable, "-m", "toolsrv", "serve", "-a", self.addr,
-                                   "--no-state", "--tools", self.tools, *args], cwd=self.home,
-                                  env=env, stderr=self.log, stdout=self.log)
-        assert wait_for(self._answers, 60), self.output()
-
-    def _answers(self) -> bool:
-        assert self.p.poll() is None, self.output()
-        try:
-            with Client.connect(self.addr, timeout=5) as c:
-                c.read("revision")
-            return True
-        except (OSError, ClientError):
-            return False
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read()
+        super().__init__(self.home, ["--no-state", "--tools", self.tools, *args], "log")
 
     def status(self) -> str:
         with Client.connect(self.addr) as c:

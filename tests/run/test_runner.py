@@ -204,7 +204,7 @@ def test_scratch_directories_both_ways(tmp_path: Path, inline: bool) -> None:
     worker threads.  Either way: fresh, 0700, never handed out twice, in this server's own
     directory of the base, removed with what a tool left in them; a crashed server's
     directory (its lock free) is swept, and nothing is left once closed."""
-    from toolsrv.run.scratch import _Scratch, default_tmp_base
+    from toolsrv.run.scratch import Scratch, default_tmp_base
 
     base = str(tmp_path / "scratch")
     os.makedirs(base, 0o711)
@@ -212,7 +212,7 @@ def test_scratch_directories_both_ways(tmp_path: Path, inline: bool) -> None:
     open(os.path.join(base, "999999999.dead.lock"), "w").close()   # its lock free
 
     async def go() -> None:
-        sc = _Scratch(base, None, ahead=4, inline=inline)
+        sc = Scratch(base, None, ahead=4, inline=inline)
         sc.refill()
         paths = [await sc.take() for _ in range(10)]
         assert sc.inline is inline and sc.dir is not None

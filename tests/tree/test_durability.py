@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 
 import pytest
@@ -25,7 +24,7 @@ from toolsrv.errors import P9Error
 from toolsrv.tree.state.sessions import SessionStore
 
 from apphelpers import AppThread
-from serverhelpers import stop_clean, wait_for
+from serverhelpers import ServeProcess, stop_clean
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNDLED = os.path.join(REPO, "toolsrv", "data", "tools")
@@ -199,32 +198,11 @@ def _fill(mnt: str) -> None:
         pass
 
 
-class Server:
+class Server(ServeProcess):
     """`toolsrv serve` as a process of its own, started outside the checkout."""
 
     def __init__(self, home: str, state: str) -> None:
-        self.addr = f"unix!{home}/ns/toolsrv"
-        env = {k: v for k, v in os.environ.items() if k not in ("OLLIE_TOOLS_PATH",
-                                                                 "TOOLSRV_ADDR")}
-        env.update(HOME=home, XDG_STATE_HOME=os.path.join(home, "xdg"))
-        self.log = open(os.path.join(home, "server.log"), "a+")
-        self.p = subprocess.Popen([sys.executable, "-m", "toolsrv", "serve", "-a", self.addr,
-                                   "--state", state, "--tools", BUNDLED], cwd=home, env=env,
-                                  stderr=self.log, stdout=self.log)
-        assert wait_for(self._answers, 60), self.output()
-
-    def _answers(self) -> bool:
-        assert self.p.poll() is None, self.output()
-        try:
-            with Client.connect(self.addr, timeout=5) as c:
-                c.read("revision")
-            return True
-        except (OSError, ClientError):
-            return False
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read()
+        super().__init__(home, ["--state", state, "--tools", BUNDLED], "server.log")
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         self.p.send_signal(sig)

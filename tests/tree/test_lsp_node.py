@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 
 import pytest
@@ -16,6 +15,7 @@ import yaml
 
 from apphelpers import AppThread, add_tool, tools_dir
 from lsphelpers import write_project
+from npmhelpers import npm_prefix
 from toolsrv.cli.client import Client
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,22 +28,9 @@ MAIN = 'import { greet } from "./lib";\n\ngreet("a");\nconst n: number = greet("
 
 @pytest.fixture(scope="module")
 def tsls() -> str:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        pytest.skip("node is absent (no node or npm on PATH): the non-Python language "
-                    "server test needs node 16+ and npm (apt install nodejs npm)")
-    cache = os.environ.get("TOOLSRV_TEST_CACHE") or os.path.expanduser("~/.cache/toolsrv-tests")
-    prefix = os.path.join(cache, f"typescript-language-server-{VERSION}")
-    binary = os.path.join(prefix, "node_modules", ".bin", "typescript-language-server")
-    if not os.path.exists(binary):
-        os.makedirs(prefix, exist_ok=True)
-        p = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error",
-                            "--prefix", prefix, *PACKAGES], capture_output=True, text=True,
-                           timeout=900, stdin=subprocess.DEVNULL)
-        if p.returncode or not os.path.exists(binary):
-            pytest.skip(f"npm could not install {' '.join(PACKAGES)} (offline?): "
-                        f"{(p.stderr or p.stdout).strip()[-300:]}")
-    return prefix
+    return npm_prefix(f"typescript-language-server-{VERSION}", PACKAGES,
+                      os.path.join("node_modules", ".bin", "typescript-language-server"),
+                      "the non-Python language server test needs node 16+")
 
 
 @pytest.fixture(scope="module")

@@ -39,10 +39,11 @@ from typing import Any
 from ..registry.metafile import MetaError, check_schema
 from ..registry.schemaref import REASON, outside_refs
 from ..registry.names import NAME_MAX, valid_name
+from ..registry.warmstart import SHEBANG_MAX, shebang
+from ..run.init.wire import DEFAULT_PATH   # a run's PATH unless its profile says otherwise
 from ..tree.resident.mcp import Client, MCPError
 
 DEFAULT_TIMEOUT = 30.0
-TOOL_PATH = "/usr/local/bin:/usr/bin:/bin"   # a run's PATH unless its profile says otherwise
 PROFILE_COVERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
@@ -165,15 +166,14 @@ def grants(prog: str) -> list[str]:
     need = [os.path.dirname(prog)]
     try:
         with open(prog, "rb") as f:
-            first = f.readline(512)
+            words = shebang(f.read(SHEBANG_MAX))
     except OSError:
-        first = b""
-    if first.startswith(b"#!"):
-        words = first[2:].decode(errors="replace").split()
-        interp = words[0] if words else ""
-        if os.path.basename(interp) == "env" and len(words) > 1:
-            interp = shutil.which(words[1], path=TOOL_PATH) or shutil.which(words[1]) \
-                or words[1]                     # the PATH tools get, first
+        words = []
+    if words:
+        interp = words[0]
+        if "/" not in interp:                   # a program env(1) finds
+            interp = shutil.which(interp, path=DEFAULT_PATH) or shutil.which(interp) \
+                or interp                       # the PATH tools get, first
         if interp:
             real = os.path.realpath(interp)     # its installation: bin/ and lib/ beside
             need.append(os.path.dirname(os.path.dirname(real)) if

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..serve import dial
 
+
 def command() -> list[str]:
     """The absolute command that runs this toolsrv, for a process with any PATH."""
     argv0 = sys.argv[0] if sys.argv else ""

@@ -28,6 +28,10 @@ import stat
 _NAME = re.compile(r"python(3(\.[0-9]+)?)?")
 _PLAIN = re.compile(r"[A-Za-z0-9._+,:@%/=-]+", re.ASCII)
 _shebangs: dict[str, tuple[tuple[int, int, int], list[str] | None]] = {}
+SHEBANG_MAX = 256  # the bytes of a #! line the kernel reads (BINPRM_BUF_SIZE, Linux 5.1 on)
+# a run's PATH unless its profile names one: run/init/wire.py's, which registry/ may not
+# import (tests/registry/test_registry.py holds the two equal)
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 class Plan:
@@ -95,21 +99,31 @@ def _shebang(path: str) -> list[str] | None:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
                 if stat.S_ISREG(os.fstat(fd).st_mode):
-                    first = os.read(fd, 256).split(b"\n", 1)[0]
+                    first = os.read(fd, SHEBANG_MAX)
             finally:
                 os.close(fd)
         except OSError:
             pass
-    if first.startswith(b"#!"):
-        parts = first[2:].decode("utf-8", "replace").split()
-        if parts and os.path.basename(parts[0]) == "env" and len(parts) > 1 \
-                and not parts[1].startswith("-"):
-            parts = parts[1:]
-        if parts and _NAME.fullmatch(os.path.basename(parts[0])):
-            words = parts
+    parts = shebang(first)
+    if parts and _NAME.fullmatch(os.path.basename(parts[0])):
+        words = parts
     if len(_shebangs) > 4096:
         _shebangs.clear()
     _shebangs[path] = (stamp, words)
+    return words
+
+
+def shebang(head: bytes) -> list[str]:
+    """The words of the #! line that begins `head` ([interpreter, args...]), as the kernel
+    and env(1) run them: `env PROG ...` gives PROG's words, `env -FLAG ...` stays env's;
+    [] for a file that has no #! line.  The one rule here and in cli/importmcp.py."""
+    first = head[:SHEBANG_MAX].split(b"\n", 1)[0]
+    if not first.startswith(b"#!"):
+        return []
+    words = first[2:].decode("utf-8", "replace").split()
+    if words and os.path.basename(words[0]) == "env" and len(words) > 1 \
+            and not words[1].startswith("-"):
+        words = words[1:]
     return words
 
 
@@ -118,7 +132,7 @@ def _find(name: str, env: dict[str, str]) -> str | None:
     first executable of that name on the call's PATH (the path becomes sys.executable)."""
     if "/" in name:
         return name if os.access(name, os.X_OK) else None
-    for d in env.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":"):
+    for d in env.get("PATH", DEFAULT_PATH).split(":"):
         candidate = os.path.join(d or ".", name)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
@@ -127,7 +141,7 @@ def _find(name: str, env: dict[str, str]) -> str | None:
 
 def describe(argv: list[str], meta_warm: object, cwd: str | None = None) -> dict:
     """The "start" entry of tools/<tool>/meta: how its calls start, and why not warm."""
-    p, why = plan(argv, {"PATH": "/usr/local/bin:/usr/bin:/bin"}, cwd or "/")
+    p, why = plan(argv, {"PATH": DEFAULT_PATH}, cwd or "/")
     if p is None and why is None:
         return {"warm": False, "why": "not a Python script"}
     if meta_warm is False:

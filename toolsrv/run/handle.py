@@ -1,6 +1,6 @@
 # toolsrv/run/handle.py — one init as the server holds it, and one run's handle.
 #
-# Theory of operation.  The launcher (toolsrv/run/launcher.py) keeps idle inits as _Spare:
+# Theory of operation.  The launcher (toolsrv/run/launcher.py) keeps idle inits as Spare:
 # the init's socket and a pidfd on it (and, for a warm init, its kind).  A run given to an
 # init is a LaunchHandle: our ends of its pipes and one future that the init's report
 # resolves — b"S<status>" (ended, nothing of it left), b"E<reason>" (a launch step failed);
@@ -16,7 +16,7 @@ import socket
 from collections.abc import Callable
 
 
-class _Spare:
+class Spare:
     """An init waiting for a run: its socket and a pidfd on it; `kind` is the warm key of
     a warm init (toolsrv/run/init/warm.py), None for a cold one."""
 
@@ -68,14 +68,14 @@ class LaunchHandle:
         self.exited: asyncio.Future[tuple[int | None, str | None]] = loop.create_future()
         self._owned = True
         self.knows: object = None  # the fixed path list sent along with it, if any
-        self._init: _Spare | None = None
-        self._release: Callable[[_Spare], None] | None = None
+        self._init: Spare | None = None
+        self._release: Callable[[Spare], None] | None = None
         self.warm: str | None = None  # the warm kind it runs in, if any
         self.warming = False  # its init was turned warm for it: its first warm run
         self.warm_failed: str | None = None  # why that init could not become warm
         self.magic: str | None = None  # the bytecode magic its interpreter said it runs
 
-    def attach(self, init: _Spare, release: Callable[[_Spare], None]) -> None:
+    def attach(self, init: Spare, release: Callable[[Spare], None]) -> None:
         """The init has the run: wait for its report (and kill it if a kill came first);
         `release` takes the init back once it has reported (its namespace is empty)."""
         self._init, self._release = init, release

@@ -49,7 +49,7 @@ import sys
 
 from toolsrv.run.kernel.cgroups import RunGroups
 from toolsrv.run.init.wire import MAX_PACKET, recv_into
-from toolsrv.run.handle import LaunchHandle, _Spare
+from toolsrv.run.handle import LaunchHandle, Spare
 
 log = logging.getLogger("toolsrv.warm")
 
@@ -99,8 +99,8 @@ class Launcher:
         self._timer: asyncio.TimerHandle | None = None
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._spares: collections.deque[_Spare] = collections.deque()  # idle inits
-        self._warm: dict[str, collections.deque[_Spare]] = {}  # idle warm inits, by kind
+        self._spares: collections.deque[Spare] = collections.deque()  # idle inits
+        self._warm: dict[str, collections.deque[Spare]] = {}  # idle warm inits, by kind
         self._warm_used: dict[str, float] = {}  # when a kind was last spawned
         self.warm_started = 0  # inits turned warm
         self.warm_lost = 0  # warm inits found dead while idle
@@ -375,7 +375,7 @@ class Launcher:
             self._asked = SPARE_INITS - len(self._spares)
             self._tell({"op": "spares", "n": self._asked})
 
-    def _idle(self, init: _Spare) -> None:
+    def _idle(self, init: Spare) -> None:
         """An init that has reported: its namespace is empty, it waits for another run."""
         if init.kind is not None:
             pool = self._warm.setdefault(init.kind, collections.deque())
@@ -473,7 +473,7 @@ class Launcher:
 
     def _dispatch(self, msg: dict, fds: list[int]) -> None:
         op = msg["op"]
-        init = _Spare(socket.socket(fileno=fds[0]), fds[1]) if len(fds) == 2 else None
+        init = Spare(socket.socket(fileno=fds[0]), fds[1]) if len(fds) == 2 else None
         for fd in fds[2:] if init else fds:
             os.close(fd)
         if op == "spare" and init is not None:

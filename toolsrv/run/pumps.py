@@ -4,12 +4,35 @@
 # up to a cap; past the cap it keeps cap bytes, calls on_overflow (which kills the run) and
 # discards the rest until EOF, so the server holds at most cap + CHUNK per stream.  Feeder
 # writes stdin without blocking the loop and gives up quietly when the tool closes it.
+# read_chunk is the one non-blocking read of a pipe (here and a resident's, tree/resident/
+# process.py); last_line the last line of what a stream held, the reason a run failed.
 from __future__ import annotations
 
 import asyncio
 import os
+from typing import Callable
 
 CHUNK = 65536  # pipe read/write size: bounds what one callback holds
+
+
+def read_chunk(fd: int) -> bytes | None:
+    """One read of a non-blocking pipe: up to CHUNK bytes, b"" at its end (or when it
+    fails: the process is gone), None when nothing is there yet."""
+    try:
+        return os.read(fd, CHUNK)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+
+
+def last_line(data: bytes, skip: Callable[[str], bool] | None = None) -> str:
+    """The last line of `data` that is not blank (nor one `skip` says to pass over),
+    stripped; "" when there is none."""
+    for line in reversed(data.decode("utf-8", "replace").splitlines()):
+        if line.strip() and (skip is None or not skip(line)):
+            return line.strip()
+    return ""
 
 
 class Collector:
@@ -27,12 +50,9 @@ class Collector:
         loop.add_reader(fd, self._readable)
 
     def _readable(self) -> None:
-        try:
-            data = os.read(self.fd, CHUNK)
-        except BlockingIOError:
+        data = read_chunk(self.fd)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self.stop()
             return

@@ -2,7 +2,7 @@
 #
 # Theory of operation.  Runner.run() checks the call may run (Landlock present, or the
 # profile is best_effort; an elevated call needs the broker's yes), takes a fresh private
-# directory from _Scratch, resolves the profile for this call, asks warmplan.py whether it
+# directory from Scratch, resolves the profile for this call, asks warmplan.py whether it
 # starts warm, and hands the spawn request through the Launcher (toolsrv/run/launcher.py)
 # straight to an idle init (toolsrv/run/init/cold.py, pid 1 of a PID namespace of its own,
 # or a warm one, toolsrv/run/init/warm.py); the zygote (toolsrv/run/init/zygote.py, started
@@ -34,13 +34,13 @@ from toolsrv.run.elevation import request_approval
 from toolsrv.run.kernel.idmap import Planner
 from toolsrv.run.launcher import WARM_IDLE, Launcher, LauncherDied, LaunchHandle
 from toolsrv.run.ownscript import ScriptCache
+from toolsrv.run.init.wire import DEFAULT_PATH
 from toolsrv.run.pumps import Collector, Feeder
 from toolsrv.record import Record
-from toolsrv.run.scratch import _Scratch
+from toolsrv.run.scratch import Scratch
 from toolsrv.run.warmplan import WARM_RETRY, warm_request
 from toolsrv.run.sandbox import Policy, Profile, landlock_status, missing_parts, placeholder_values
 
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 DEFAULT_RLIMITS = {"as": 8 << 30, "fsize": 1 << 30, "nofile": 4096, "core": 0, "nproc": 4096}
 DEFAULT_RUN_LIMITS = {"pids": 1024, "memory": 4 << 30}
 DRAIN_GRACE = 2.0  # seconds to reach EOF on the pipes after the run has ended or been killed
@@ -139,7 +139,7 @@ class Runner:
         self.planner = Planner(*self._uid) if self._uid else None
         self.launcher = Launcher(self._launcher_limits(), self.config.namespaces,
                                  limits=self.config.run_limits, idmap=self._uid)
-        self.scratch = _Scratch(self.config.tmp_base, self._uid)
+        self.scratch = Scratch(self.config.tmp_base, self._uid)
         self._background: set[asyncio.Task[None]] = set()
         self._warm_broken: dict[str, tuple[float, str]] = {}  # kind -> (when, why)
         self.warm_failures = 0  # warm starts that failed (each logged, its kind cold a while)

@@ -2,7 +2,7 @@
 #
 # Theory of operation.  Each call gets a fresh directory under one base proved ours
 # (toolsrv/dirs/trusted.py), owned by the tools' uid, removed once the run's namespace is
-# reported empty.  _Scratch makes a few ahead, off the call's path, and removes in the
+# reported empty.  Scratch makes a few ahead, off the call's path, and removes in the
 # background; the base is an executable tmpfs where one is at hand (mkdir and rmdir take
 # microseconds there), else the temporary directory.
 from __future__ import annotations
@@ -41,7 +41,7 @@ def default_tmp_base() -> str:
     return os.path.join(tempfile.gettempdir(), f"toolsrv-{os.geteuid()}")
 
 
-class _Scratch:
+class Scratch:
     """Private per-call directories (0700, owned by the tool's uid), handed out once, never
     reused.  They are made in this server's own directory of the base (serverdir.py: held
     by a lock while the server lives, swept by a later server once it is gone), and made,

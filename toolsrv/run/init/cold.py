@@ -47,9 +47,8 @@ from typing import NoReturn
 
 from toolsrv.run.kernel import cgroups, idmap
 from toolsrv.run.kernel.confine import confine_rest
-from toolsrv.run.init.libc import check as _check, libc as _libc, setns as _setns, \
-    unshare as _unshare
-from toolsrv.run.init.wire import MAX_PACKET, recv_into
+from toolsrv.run.kernel.libc import check, setns, unshare
+from toolsrv.run.init.wire import DEFAULT_PATH, MAX_PACKET, recv_into
 from toolsrv.run.init.reap import reap_until
 from toolsrv.run.kernel.rules import RuleCache
 from toolsrv.run.kernel.seccomp import Filter
@@ -62,6 +61,7 @@ _RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
 # setgroups, setresuid, setresgid: raw syscall numbers, so only the calling thread changes.
 _SYSNO = {"x86_64": (116, 117, 119), "aarch64": (159, 147, 149)}.get(os.uname().machine)
 
+_libc = ctypes.CDLL(None, use_errno=True)
 _syscall3 = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
                              ctypes.c_long, use_errno=True)(("syscall", _libc))
 
@@ -82,9 +82,9 @@ def main(sock: socket.socket, ctx: Context, group: list[str],
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         _close_all_but({sock.fileno(), ctx.netns, ctx.userns, *keep})
-        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0))
+        check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0))
         if not ctx.pidns:
-            _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
+            check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
         joined: OSError | None = None
         try:
             cgroups.join(group)
@@ -155,10 +155,10 @@ def _confine_and_spawn(ctx: Context, msg: dict, fds: list[int], ruleset: int) ->
     step = "fs"
     uid = msg.get("uid")
     try:
-        _check(_unshare(CLONE_FS))
+        check(unshare(CLONE_FS))
         if msg["netns"] and ctx.netns >= 0:
             step = "netns"
-            _check(_setns(ctx.netns, CLONE_NEWNET))
+            check(setns(ctx.netns, CLONE_NEWNET))
         if msg.get("mounts"):
             step = "mounts"
             if ctx.userns < 0:
@@ -172,9 +172,9 @@ def _confine_and_spawn(ctx: Context, msg: dict, fds: list[int], ruleset: int) ->
             if _SYSNO is None:
                 raise OSError(errno.ENOSYS, f"uid switch unsupported on {os.uname().machine}")
             gid = msg["gid"]
-            _check(_syscall3(_SYSNO[0], 0, 0, 0))
-            _check(_syscall3(_SYSNO[2], gid, gid, gid))
-            _check(_syscall3(_SYSNO[1], uid, uid, uid))
+            check(_syscall3(_SYSNO[0], 0, 0, 0))
+            check(_syscall3(_SYSNO[2], gid, gid, gid))
+            check(_syscall3(_SYSNO[1], uid, uid, uid))
         confine_rest(msg["cwd"], ruleset, bool(msg.get("nnp")), ctx.filter)
         step = "exec: " + msg["argv"][0]
         pid = os.posix_spawn(
@@ -216,7 +216,7 @@ def _warm_up(sock: socket.socket, ctx: Context, msg: dict, fds: list[int]) -> No
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
         if msg["netns"] and ctx.netns >= 0:
             step = "netns"
-            _check(_setns(ctx.netns, CLONE_NEWNET))
+            check(setns(ctx.netns, CLONE_NEWNET))
         if msg.get("mounts"):  # the grants of its kind, idmapped, in its own mount ns
             step = "mounts"
             idmap.apply(msg["mounts"], ctx.userns, msg["uid"])
@@ -267,7 +267,7 @@ def _find(name: str, env: dict[str, str]) -> str:
     """The program path, searched in the tool's PATH (not ours) when name has no slash."""
     if "/" in name:
         return name
-    for d in env.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":"):
+    for d in env.get("PATH", DEFAULT_PATH).split(":"):
         candidate = os.path.join(d or ".", name)
         if os.path.isfile(candidate):
             return candidate

@@ -32,6 +32,7 @@
 # tool code, so nothing of one call reaches the next.
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import gc
@@ -46,7 +47,7 @@ import sys
 
 from toolsrv.run.kernel import landlock
 from toolsrv.run.kernel.confine import confine_rest
-from toolsrv.run.init.libc import check as _check, libc as _libc
+from toolsrv.run.kernel.libc import check
 from toolsrv.run.init.wire import MAX_PACKET, recv_into
 from toolsrv.run.init.reap import reap_until
 from toolsrv.run.kernel.rules import RuleCache
@@ -58,9 +59,9 @@ MAX_FDS = 8
 WARMED = ("json", "re", "stat", "errno", "collections", "base64", "shutil", "subprocess",
           "socket", "threading", "signal", "time")
 # What BOOT loads from the memfd, in order (each may import only those before it).
-SOURCES = ("toolsrv.run.kernel.landlock", "toolsrv.run.init.libc", "toolsrv.run.init.wire", "toolsrv.run.init.reap",
-           "toolsrv.run.kernel.rules", "toolsrv.run.kernel.seccomp", "toolsrv.run.kernel.confine",
-           "toolsrv.run.init.warm")
+SOURCES = ("toolsrv.run.kernel.landlock", "toolsrv.run.kernel.libc", "toolsrv.run.init.wire",
+           "toolsrv.run.init.reap", "toolsrv.run.kernel.rules", "toolsrv.run.kernel.seccomp",
+           "toolsrv.run.kernel.confine", "toolsrv.run.init.warm")
 # argv: -c BOOT <socket fd> <memfd> <WARMED, comma-separated>
 # LOAD makes BOOT's modules from the memfd alone: their packages first (empty, so an import
 # of toolsrv, toolsrv.run or its folders init/ and kernel/ never searches sys.path: the
@@ -107,6 +108,7 @@ except BaseException as _e:
 _r.exit(None)
 """
 
+_libc = ctypes.CDLL(None, use_errno=True)
 _DROPPED: list = []  # the modules a call's interpreter no longer lists
 
 
@@ -205,7 +207,7 @@ def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
     """The init's loop; returns only in a forked child, confined, ready to run a script."""
     sock = socket.socket(fileno=sock_fd)
     sock.set_inheritable(False)
-    _check(_libc.prctl(1, signal.SIGKILL, 0, 0, 0))  # PR_SET_PDEATHSIG, as a cold init
+    check(_libc.prctl(1, signal.SIGKILL, 0, 0, 0))  # PR_SET_PDEATHSIG, as a cold init
     rules, filt = RuleCache(), Filter()
     buf = mmap.mmap(-1, MAX_PACKET, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     # up: from now on an end without a report is the run's, not ours; and the bytecode
@@ -356,4 +358,3 @@ def _stdio(fd: int, name: str, old: object) -> object:
                               line_buffering=line, write_through=not buffered)
     stream.mode = "w" if write else "r"
     return stream
-

@@ -15,7 +15,8 @@
 #                      {"op": "init", "id"}        the init forked for request id (same fds)
 #                      {"op": "error", "id", "error"}  request id could not be handed over
 #                      {"op": "pong", "n"}
-#   server -> init     {"op": "spawn", ...}        one run (run/runner.py _spawn_message)
+#   server -> init     {"op": "spawn", ...}        one run (run/runner.py _spawn_message;
+#                                               its env's PATH, else DEFAULT_PATH)
 #                      {"op": "warm", ...}         become a warm init first (run/warmplan.py)
 #   init -> server     b"S<wait status>"           the run ended, nothing of it left
 #                      b"E<json reason>"           a step of the launch failed
@@ -26,6 +27,10 @@ from __future__ import annotations
 import socket
 
 MAX_PACKET = 1 << 20  # the largest request or report any of the three sides sends
+# a spawn request's PATH when its env names none (the runner sets it, an init looks there);
+# registry/warmstart.py, which may not import run/, holds the same (tests/registry/
+# test_registry.py)
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def recv_into(sock: socket.socket, buf: object, max_fds: int) -> tuple[int, list[int]]:

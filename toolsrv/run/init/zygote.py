@@ -41,11 +41,10 @@ import socket
 import sys
 
 from toolsrv.run.init import cold as runinit
-from toolsrv.run.init.libc import check as _check, libc as _libc, setns as _setns, \
-    unshare as _unshare
 from toolsrv.run.init.wire import MAX_PACKET, recv_into
 from toolsrv.run.kernel.cgroups import RunGroups
 from toolsrv.run.kernel.idmap import make_userns
+from toolsrv.run.kernel.libc import check, setns, unshare
 from toolsrv.run.kernel.seccomp import Filter
 
 CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWUSER = 0x40000000, 0x20000000, 0x10000000
@@ -56,13 +55,14 @@ MAX_WANTED = 64  # spares the server may ask for at once
 RLIMITS = {n: getattr(resource, f"RLIMIT_{n.upper()}")
            for n in ("cpu", "as", "fsize", "nofile", "core", "nproc", "data", "stack", "memlock")}
 
+_libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
 
 def _call(name: str, *args: int) -> None:
     fn = _libc.syscall if name.isdigit() else getattr(_libc, name)
     full = (int(name), *args) if name.isdigit() else args
-    _check(fn(*(ctypes.c_long(a) for a in full)))
+    check(fn(*(ctypes.c_long(a) for a in full)))
 
 
 
@@ -95,10 +95,10 @@ class Zygote:
 
     def _can_unshare_pid(self) -> bool:
         try:
-            _check(_unshare(CLONE_NEWPID))
+            check(unshare(CLONE_NEWPID))
         except OSError:
             return False
-        _check(_setns(self.own_pidns, CLONE_NEWPID))
+        check(setns(self.own_pidns, CLONE_NEWPID))
         return True
 
     @staticmethod
@@ -190,7 +190,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             if self.pidns:
-                _check(_unshare(CLONE_NEWPID))  # our next child is pid 1 of a new namespace
+                check(unshare(CLONE_NEWPID))  # our next child is pid 1 of a new namespace
             pid = os.fork()
             if pid == 0:  # the init: runinit.main never returns
                 try:
@@ -203,7 +203,7 @@ class Zygote:
             raise
         finally:
             if self.pidns:  # back to our own namespace for children (the parent only)
-                _setns(self.own_pidns, CLONE_NEWPID)
+                setns(self.own_pidns, CLONE_NEWPID)
             theirs.close()
         self.inits[pid] = group
         return pid, ours

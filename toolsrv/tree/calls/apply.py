@@ -37,7 +37,7 @@ class Calls:
                                per_agent=per_agent)
         self.max_args = max_args
         self.timeout = timeout      # serve --timeout (timebound.py)
-        self.store.on_remove_agent.append(lambda a: self.sched.kill(a))
+        self.store.on_remove_agent.append(lambda a: self.sched.stop_agent(a))
         self.store.on_remove_agent.append(self.sched.residents.drop_agent)
 
     def schemas(self, a: Agent) -> list[dict]:
@@ -85,7 +85,7 @@ class Calls:
                 unloaded += names
                 a.loaded[:] = [n for n in a.loaded if n not in names]
             else:
-                self.sched.kill(a, set(names))
+                self.sched.stop_agent(a, set(names))
                 self._end_residents(a, names, "cancelled")
             a.note(f"ctl {verb} {' '.join(names)} -> ok")
         if not any(v != "cancel" for v, _ in cmds):
@@ -99,7 +99,7 @@ class Calls:
 
         def done() -> None:                           # saved: the unloaded tools' runs end
             if unloaded:
-                self.sched.kill(a, set(unloaded))
+                self.sched.stop_agent(a, set(unloaded))
                 self._end_residents(a, unloaded, "unloaded")
         return self.store.change(a.session, undo, done)
 

@@ -32,6 +32,7 @@ from ...errors import P9Error, busy, defuse, fit
 from ...record import Plain
 from ...registry import warmstart
 from ...run.live import Live, parse as parse_progress
+from ...run.pumps import last_line
 from ...run.runner import RunRequest
 from ...run.sandbox import load_profile
 from ..resident.manager import Residents
@@ -103,11 +104,8 @@ def invalid_call(tool: str, agent: Agent, reason: str) -> Call:
     return c
 
 
-def last_line(data: bytes) -> str:
-    for line in reversed(data.decode("utf-8", "replace").splitlines()):
-        if line.strip() and parse_progress(line) is None:   # a progress report is no reason
-            return line.strip()
-    return ""
+def _progress(line: str) -> bool:
+    return parse_progress(line) is not None     # a progress report is no reason
 
 
 def limit_source(profile: Any) -> str:
@@ -143,7 +141,7 @@ def outcome(call: Call, limit: str = "") -> None:
         # toolsrv's words decide the errno (EIO): the tool's own, after them, are defused,
         # or a tool's "no such file" would reach the shell as ENOENT (errors.defuse)
         call.state = "exit"
-        why = last_line(r.stderr) or last_line(r.stdout)
+        why = last_line(r.stderr, _progress) or last_line(r.stdout, _progress)
         head = f"exit {r.exit_code:d} (input/output error)"
         call.reason = f"{head}: {defuse(why)}" if why else head
         call.detail = f"{head}: {why}" if why else head
@@ -276,8 +274,8 @@ class Scheduler:
         elif call.task is not None:
             call.task.cancel()
 
-    def kill(self, agent: Agent, tools: set[str] | None = None) -> int:
-        """Stop the agent's queued and running calls (of `tools`, or all)."""
+    def stop_agent(self, agent: Agent, tools: set[str] | None = None) -> int:
+        """Stop the agent's queued and running calls (of `tools`, or all); how many."""
         n = 0
         for c in list(self.live):
             if c.agent is agent and (tools is None or c.tool in tools):

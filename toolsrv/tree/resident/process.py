@@ -31,8 +31,8 @@ import time
 from typing import Any
 
 from toolsrv.record import Record
+from toolsrv.run.pumps import CHUNK, last_line, read_chunk
 
-CHUNK = 65536
 TAIL = 2048  # bytes of stderr kept for the reason of a process that ends
 
 
@@ -98,7 +98,7 @@ class Process:
         code = os.waitstatus_to_exitcode(status) if status is not None else 0
         why = f"process exited with status {code}" if code >= 0 else \
             f"process killed by signal {-code}"
-        last = _last_line(bytes(self.tail))
+        last = last_line(bytes(self.tail))
         return f"{why}: {last}" if last else why
 
     # -- stdin --
@@ -130,12 +130,9 @@ class Process:
 
     # -- stdout --
     def _read_out(self) -> None:
-        try:
-            data = os.read(self.handle.stdout, CHUNK)
-        except BlockingIOError:
+        data = read_chunk(self.handle.stdout)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self.eof = True
             asyncio.get_running_loop().remove_reader(self.handle.stdout)
@@ -169,30 +166,29 @@ class Process:
             if self.eof or not self.alive:
                 if self.alive:
                     await asyncio.wait({self.handle.exited}, timeout=1.0)
-                raise Ended(f"EOF on stdout: {self.exit_reason()}" if self.eof else
-                            self.exit_reason())
-            self._wake = asyncio.get_running_loop().create_future()
-            try:
-                await self._wake
-            finally:
-                self._wake = None
+                raise self._ended()
+            await self._more()
 
     async def chunk(self) -> bytes:
         """Whatever stdout holds now (waiting for some), for a framed protocol (lsp);
         raises Ended at EOF or once the process has ended."""
         while not self._out:
             if self.eof or not self.alive:
-                raise Ended(f"EOF on stdout: {self.exit_reason()}" if self.eof else
-                            self.exit_reason())
-            self._wake = asyncio.get_running_loop().create_future()
-            try:
-                await self._wake
-            finally:
-                self._wake = None
-        out = bytes(self._out)
-        self._out.clear()
-        self._scan = 0
-        return out
+                raise self._ended()
+            await self._more()
+        return self.leftover()
+
+    def _ended(self) -> Ended:
+        return Ended(f"EOF on stdout: {self.exit_reason()}" if self.eof else
+                     self.exit_reason())
+
+    async def _more(self) -> None:
+        """Until _read_out has read more of stdout (or its end)."""
+        self._wake = asyncio.get_running_loop().create_future()
+        try:
+            await self._wake
+        finally:
+            self._wake = None
 
     def leftover(self) -> bytes:
         """Output not asked for (written between calls); taken away."""
@@ -203,12 +199,9 @@ class Process:
 
     # -- stderr --
     def _read_err(self) -> None:
-        try:
-            data = os.read(self.handle.stderr, CHUNK)
-        except BlockingIOError:
+        data = read_chunk(self.handle.stderr)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             asyncio.get_running_loop().remove_reader(self.handle.stderr)
             return
@@ -312,13 +305,6 @@ def _children_pidfds(handle: Any) -> list[int]:
         else:
             os.close(fd)
     return out
-
-
-def _last_line(data: bytes) -> str:
-    for line in reversed(data.decode("utf-8", "replace").splitlines()):
-        if line.strip():
-            return line.strip()
-    return ""
 
 
 def quote(data: bytes, n: int = 40) -> str:
