@@ -34,11 +34,10 @@ import time
 from typing import Any
 
 from .. import errors as E
-from ..errors import P9Error
 from ..record import Record
 from ..registry.names import NAME_MAX, valid_name
 from ..serve import dial
-from ..errors import fit
+from ..errors import P9Error, fit
 from .ninep import NineP, NinePError
 from .remote import MAX_TOOLS, BadRemoteTool, make
 
@@ -258,19 +257,15 @@ class Import:
     # -- the remote's sessions --
     def forget(self, agent: Any, whole: bool) -> None:
         """The local agent is gone (its runs are killed already): remove its agent there,
-        and the remote session with the local one (`whole`); in the background, bounded."""
+        or, with the local session (`whole`), the remote session; in the background."""
+        if whole:
+            return self.forget_session(agent.session.name)
         rs = remote_session(self.front, agent.session.name)
-        if self.nine is None or (rs, agent.name) not in self.made and not (
-                whole and rs in self.sessions):
+        if self.nine is None or (rs, agent.name) not in self.made:
             return
         self.made.discard((rs, agent.name))
         self.loaded = {x for x in self.loaded if x[:2] != (rs, agent.name)}
-        paths = [f"session/{rs}"] if whole else [f"session/{rs}/agent/{agent.name}"]
-        if whole:
-            self.sessions.discard(rs)
-            self.made = {x for x in self.made if x[0] != rs}
-            self.loaded = {x for x in self.loaded if x[0] != rs}
-        self._cleanup(paths)
+        self._cleanup([f"session/{rs}/agent/{agent.name}"])
 
     def forget_session(self, session: str) -> None:
         """The local session is gone: remove the remote session made for it, if one is left
