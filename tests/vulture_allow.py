@@ -24,3 +24,6 @@ _.USER_BASE, _.USER_SITE, _.uncaught
 # toolsrv/run/kernel/landlock.py: PathCache.fast_builds, read by a test's child program
 # (tests/run/test_sandbox_landlock.py, in a source string)
 _.fast_builds
+
+# toolsrv/tree/resident/pyhost.py: the call's __main__ gets the attributes CPython gives a script's
+_.__cached__

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 
 import pytest
@@ -17,10 +18,33 @@ TOOLS = ["file_read", "file_write", "file_edit", "file_glob", "file_grep", "memo
          "memory_recall", "json_value", "system_logs", "client_9p"]
 
 
-@pytest.fixture(scope="module")
-def agent():
-    app = AppThread([os.path.join(REPO, "toolsrv", "data", "tools")]).start()
+BUNDLED = os.path.join(REPO, "toolsrv", "data", "tools")
+PYTHON_RESIDENT = ["file_read", "file_write", "file_edit", "file_glob"]   # issue 33
+
+
+def cold_copy(dest: str) -> str:
+    """A tools directory, first on the path, of the resident Python tools with no .meta
+    resident: each of their calls a cold (or warm) run."""
+    os.mkdir(dest)
+    for name in PYTHON_RESIDENT:
+        shutil.copy2(os.path.join(BUNDLED, name), dest)
+        with open(os.path.join(BUNDLED, name + ".meta")) as f:
+            meta = json.load(f)
+        assert meta.pop("resident") == {"protocol": "python", "idle": 600}
+        with open(os.path.join(dest, name + ".meta"), "w") as f:
+            json.dump(meta, f)
+    return dest
+
+
+@pytest.fixture(scope="module", params=["resident", "cold"])
+def agent(request, tmp_path_factory):
+    """An agent with every bundled tool loaded: as shipped (the Python file tools resident),
+    or with those run cold; every test below must hold for both."""
+    tools = [BUNDLED] if request.param == "resident" else \
+        [cold_copy(str(tmp_path_factory.mktemp("cold") / "tools")), BUNDLED]
+    app = AppThread(tools).start()
     c = Client.connect(app.addr)
+    c.resident = request.param == "resident"
     c.mkdir("session/b")
     c.mkdir("session/b/agent/a")
     c.rdwr("session/b/agent/a/ctl", ("tool_load " + " ".join(TOOLS)).encode())
@@ -36,7 +60,11 @@ def agent():
 def test_all_bundled_tools_load(agent):
     _, c = agent
     assert c.read("session/b/agent/a/ctl").decode().split() == TOOLS
-    assert c.read("tools/errors") == b""
+    errors = c.read("tools/errors").decode().splitlines()
+    if c.resident:
+        assert errors == []
+    else:        # the cold copies, first on the path, hide the bundled ones: said, not an error
+        assert len(errors) == len(PYTHON_RESIDENT) and all("shadow" in e for e in errors), errors
 
 
 def test_file_tools(agent):
@@ -54,6 +82,10 @@ def test_file_tools(agent):
         call("file_read", {"path": "gone.txt"})
     with pytest.raises(ClientError, match=r"^invalid args: 'pattern' is a required property"):
         call("file_glob", {})
+    _, c = agent
+    for name in PYTHON_RESIDENT:       # each ran in its resident process, or each cold
+        status = c.read(f"session/b/agent/a/tools/{name}/status").decode()
+        assert ("\nresident up " in status) is c.resident, (name, status)
 
 
 def test_file_read_refuses_a_fifo_in_the_cwd_at_once(agent):

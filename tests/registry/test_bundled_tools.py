@@ -108,7 +108,8 @@ def cwd(tmp_path: Path) -> Path:
 # ------------------------------------------------------------ the .meta files
 
 META_FIELDS = {"description", "prompt", "keywords", "args", "tier", "cmd", "variants", "scope",
-               "outputFormat", "resetsCounter", "readOnly"}
+               "outputFormat", "resetsCounter", "readOnly",
+               "resident"}   # toolsrv's own: the bundled Python tools run resident (issue 33)
 MATCH_KEYS = {"binary", "file", "os", "arch", "env", "nenv"}
 
 

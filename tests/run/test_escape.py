@@ -140,8 +140,10 @@ def listeners():
         s.close()
 
 
-@pytest.fixture(scope="module")
-def srv(world, listeners):
+@pytest.fixture(scope="module", params=["cold", "resident"])
+def srv(world, listeners, request):
+    """The server; its attempts run cold, or (param resident) each in a resident process of
+    protocol python, which must be confined as a cold run is (issue 33)."""
     allowed = listeners[0]
     with open(os.path.join(world["profiles"], "netone.yaml"), "w") as f:
         f.write(world["default"].replace("network:\n  enabled: false",
@@ -149,12 +151,18 @@ def srv(world, listeners):
     with open(os.path.join(world["profiles"], "rodir.yaml"), "w") as f:
         f.write(world["default"].replace("  ro:\n", f"  ro:\n    - {world['dir']}/ro\n", 1))
     d = tools_dir()
+    resident = request.param == "resident"
     for name, body in ATTEMPTS.items():
-        add_tool(d, name, tool_script(body))
+        if resident:
+            add_tool(d, name, "#!/usr/bin/env python3\n" + tool_script(body),
+                     {"resident": {"protocol": "python"}})
+        else:
+            add_tool(d, name, tool_script(body))
     old_home = os.environ.get("HOME")
     os.environ["HOME"] = world["home"]
     app = AppThread([d]).start()
     app.tools = d
+    app.resident = resident
     try:
         yield app
     finally:
@@ -189,7 +197,10 @@ def attempt(c, tool: str, why: str, **args) -> str:
     msg = str(e.value)
     assert msg.startswith(f"exit 1 (input/output error): {tool}: "), msg
     assert why in msg, msg     # as the tool wrote it: the Rerror's defuse undone
-    assert c.read(f"{c.base}/tools/{tool}/status").startswith(b"exit 1 ")
+    status = c.read(f"{c.base}/tools/{tool}/status")
+    assert status.startswith(b"exit 1 "), status
+    if hasattr(c, "server_app"):     # a session of the fixture: cold, or resident
+        assert (b"\nresident up " in status) is c.server_app.resident, status
     assert why.encode() in c.read(f"{c.base}/tools/{tool}/err")
     return msg
 

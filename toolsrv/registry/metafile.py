@@ -195,7 +195,7 @@ def _output_schema(v: Any, where: str) -> dict[str, Any]:
     return v
 
 
-PROTOCOLS = ("lines", "mcp", "lsp")
+PROTOCOLS = ("lines", "mcp", "lsp", "python")
 IDLE = 300.0  # seconds a resident process may sit without a call
 LSP_OPS = ("definition", "references", "hover", "diagnostics", "symbols", "rename", "calls")
 LSP_FIELDS = ("language", "extensions", "settings", "init")

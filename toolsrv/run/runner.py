@@ -441,10 +441,13 @@ class Runner:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def open_resident(self, req: RunRequest) -> tuple[LaunchHandle | None, str | None]:
+    async def open_resident(self, req: RunRequest, rewrite: Any = None
+                            ) -> tuple[LaunchHandle | None, str | None]:
         """Start a resident run (toolsrv/tree/resident/process.py): launched as run() launches, its
         pipes left to the caller, no deadline and no CPU limit but the server-wide one
-        (its calls have timeouts); (the handle, None) or (None, the refusal)."""
+        (its calls have timeouts); (the handle, None) or (None, the refusal).  `rewrite`
+        (argv, env, cwd) -> argv replaces the command once its environment is known (what
+        it raises, but OSError or ValueError, goes to the caller)."""
         await self.launcher.ensure()
         refusal = await self._refusal(req)
         if refusal:
@@ -456,12 +459,17 @@ class Runner:
         try:
             policy = req.profile.resolve(placeholder_values(req.cwd, tmpdir, req.tool_dir))
             msg = self._spawn_message(req, policy, tmpdir, self.config.timeout)
+            if rewrite is not None:
+                msg["argv"] = rewrite(msg["argv"], msg["env"], req.cwd)
             cpu = self.config.rlimits.get("cpu")
             msg["rlimits"] = {"cpu": [cpu, cpu]} if cpu else {}
             handle = self.launcher.spawn(msg, req.extra_fds)
         except (OSError, LauncherDied, ValueError) as e:
             self.scratch.release(tmpdir)
             return None, f"sandbox: launch failed (input/output error): {e}"
+        except BaseException:
+            self.scratch.release(tmpdir)
+            raise
         handle.taken()
         handle.exited.add_done_callback(lambda _: self.scratch.release(tmpdir))
         return handle, None

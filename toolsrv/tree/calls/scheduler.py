@@ -35,7 +35,7 @@ from ...run.live import Live, parse as parse_progress
 from ...run.pumps import last_line
 from ...run.runner import RunRequest
 from ...run.sandbox import load_profile
-from ..resident.manager import Residents
+from ..resident.manager import COLD, Residents
 from ..state.sessions import Agent
 from .slots import FairSlots
 
@@ -257,10 +257,13 @@ class Scheduler:
                 call.state = "running"
                 call.started = time.monotonic()
                 call.live = req.context["live"] = Live()
+                how = COLD
                 if getattr(tool, "resident", None):
-                    await self.residents.run(call, tool, req)   # sets the outcome
-                    return
-                call.result = await self.runner.run(req)
+                    how = await self.residents.run(call, tool, req)
+                    if how is None:            # it set the outcome
+                        return
+                if how == COLD:
+                    call.result = await self.runner.run(req)
             finally:
                 if conn is not None:
                     conn.close()

@@ -5,8 +5,10 @@
 # MCP over stdio; lspproto.py the language-server client (framing, JSON-RPC, documents),
 # lspops.py and lspedit.py the lsp_* calls, lspbridge.py the program that runs as the
 # resident process of a language server (standard library only: it runs confined, as a
-# tool, from its source).  Started through run/ (Runner.open_resident), confined as a cold
+# tool, from its source); pyrun.py the server's half of protocol python, pyhost.py the
+# interpreter that runs a one-shot Python tool for each call (confined, from its source,
+# as lspbridge.py is).  Started through run/ (Runner.open_resident), confined as a cold
 # run is.
 #
-# May import: run/, errors, record.  Never the namespace of
+# May import: run/, registry/ (warmstart, for pyrun), errors, record.  Never the namespace of
 # tree/, serve/, app or cli/.

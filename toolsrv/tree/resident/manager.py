@@ -39,7 +39,7 @@ from typing import Any
 from ... import errors as E
 from ...errors import defuse
 from ...record import Plain
-from . import lspedit, lspproto, mcp as mcpproto, process as resident
+from . import lspedit, lspproto, mcp as mcpproto, process as resident, pyrun
 from ...run.runner import RunRequest, RunResult
 from ...errors import fit
 
@@ -48,12 +48,13 @@ log = logging.getLogger("toolsrv.resident")
 GRACE = 2.0        # seconds between SIGTERM (or notifications/cancelled) and SIGKILL
 BACKOFF = 1.0      # the first wait between starts once a tool keeps dying at start
 BACKOFF_MAX = 60.0
+RAN, COLD = "ran", "cold"   # what Residents.run leaves to its caller
 
 
 class Entry(Plain):
     """One resident process slot of an agent: the process (if up) and its history."""
     FIELDS = ("key", "protocol", "idle", "agent", "name", "proc", "client", "where", "fails",
-              "next_try", "stopped", "timer", "lock", "users")
+              "next_try", "stopped", "timer", "lock", "users", "said")
 
     def __init__(self, key: tuple, protocol: str, idle: float, agent: Any = None,
                  name: str = "") -> None:
@@ -71,6 +72,7 @@ class Entry(Plain):
         self.timer: asyncio.TimerHandle | None = None
         self.lock = asyncio.Lock()
         self.users: dict[Any, set[str]] = {}   # lsp: the agents that share it, their tools
+        self.said: set[str] = set()     # python: why calls ran cold, logged once each
 
     def status_line(self) -> str:
         p = self.proc
@@ -91,7 +93,7 @@ def entry_key(tool: Any) -> tuple:
     r = tool.resident
     if r["protocol"] in ("mcp", "lsp"):
         return (r["protocol"], tuple(tool.command.argv))
-    return ("lines", tool.name)
+    return (r["protocol"], tool.name)      # lines, python
 
 
 class Residents:
@@ -132,18 +134,20 @@ class Residents:
         return e.status_line() if e is not None else ""
 
     # -- a call --
-    async def run(self, call: Any, tool: Any, req: RunRequest) -> None:
-        """Run `call` on its resident process; sets its result, state and reason."""
+    async def run(self, call: Any, tool: Any, req: RunRequest) -> str | None:
+        """Run `call` on its resident process.  None: its result, state and reason are set;
+        RAN: its result is set as a cold run's would be, for the caller's outcome(); COLD:
+        a resident process cannot run it as a cold run would, so the caller runs it cold."""
         e = self.entry(call.agent, tool)
         async with e.lock:
             if call.kill.is_set():
                 _cancelled(call)
-                return
+                return None
             if e.timer is not None:
                 e.timer.cancel()
                 e.timer = None
             try:
-                await self._call(call, e, tool, req)
+                return await self._call(call, e, tool, req)
             except asyncio.CancelledError:     # shutdown, or a stop of a waiting call
                 self._end(e, "cancelled")
                 raise
@@ -152,11 +156,14 @@ class Residents:
                     loop = asyncio.get_running_loop()
                     e.timer = loop.call_later(e.idle, self._idle, e)
 
-    async def _call(self, call: Any, e: Entry, tool: Any, req: RunRequest) -> None:
+    async def _call(self, call: Any, e: Entry, tool: Any, req: RunRequest) -> str | None:
         timeout = req.timeout or req.profile.timeout or self.runner.config.timeout
+        if e.protocol == "python" and (req.elevated or req.extra_fds):
+            return self._cold(e, "an elevated call runs outside the sandbox" if req.elevated
+                              else "a call given its own toolsrv connection")
         if req.elevated:
             _fail(call, "refused", "elevation: not for resident tools (not implemented)")
-            return
+            return None
         where = (req.cwd, req.profile.name, tuple(req.argv))
         if e.protocol == "lsp":          # a profile the tool names (lsp) replaces the
             where += (call.agent.session.sandbox,)    # session's; its change restarts too
@@ -165,10 +172,16 @@ class Residents:
                 "command changed" if e.where[2:3] != where[2:3] else "sandbox or cwd changed"
             self._end(e, why)
         if e.proc is None:
-            if not await self._start(call, e, tool, req, where, timeout):
-                return
+            try:
+                if not await self._start(call, e, tool, req, where, timeout):
+                    return None
+            except pyrun.Cold as why:
+                return self._cold(e, str(why))
         proc = e.proc
         assert proc is not None
+        if e.protocol == "python":
+            return self._ran(call, e, await resident.python_call(proc, req.stdin, timeout,
+                                                                 call.kill), timeout)
         if e.protocol == "mcp":
             rep = await self._mcp_call(e, tool, call, timeout)
         elif e.protocol == "lsp":
@@ -177,6 +190,29 @@ class Residents:
         else:
             rep = await resident.lines_call(proc, compact(call.args), timeout, call.kill)
         self._outcome(call, e, rep)
+        return None
+
+    def _cold(self, e: Entry, why: str) -> str:
+        """A call of a python resident that runs cold instead: the log says why, once."""
+        if why not in e.said:
+            e.said.add(why)
+            self._note(e, f"runs cold: {why}")
+        return COLD
+
+    def _ran(self, call: Any, e: Entry, rep: resident.Reply, timeout: float) -> str | None:
+        """The python protocol's outcome: the run the process reports, as a cold run's."""
+        if rep.cancelled or (rep.failure is not None and not rep.timed_out):
+            self._outcome(call, e, rep)
+            return None
+        if rep.timed_out:
+            call.result = RunResult(stderr=rep.stderr, timed_out=True, timeout_used=timeout)
+            self._end(e, f"timeout after {timeout:g}s")
+            return RAN
+        e.fails = 0
+        call.result = RunResult(stdout=(rep.output or "").encode("utf-8", resident.SE),
+                                stderr=rep.stderr, exit_code=rep.exit,
+                                truncated=rep.truncated, timeout_used=timeout)
+        return RAN
 
     async def _start(self, call: Any, e: Entry, tool: Any, req: RunRequest, where: tuple,
                      timeout: float) -> bool:
@@ -189,13 +225,17 @@ class Residents:
         argv = lspproto.bridge_argv(req.argv) if e.protocol == "lsp" else req.argv
         start = RunRequest(argv=argv, stdin=b"", cwd=req.cwd, env=req.env,
                            profile=req.profile, tool_dir=req.tool_dir, context=req.context)
-        handle, refusal = await self.runner.open_resident(start)
+        cfg = self.runner.config
+        host = pyrun.host_argv(cfg.stdout_cap, cfg.stderr_cap) if e.protocol == "python" \
+            else None
+        handle, refusal = await self.runner.open_resident(start, host)
         if handle is None:
             self._failed_start(e, refusal or "could not start")
             _fail(call, "refused", refusal or "resident: could not start (input/output error)")
             return False
-        cfg = self.runner.config
-        e.proc = resident.Process(self.runner.launcher, handle, cfg.stdout_cap, cfg.stderr_cap)
+        line_cap = pyrun.line_cap(cfg.stdout_cap, cfg.stderr_cap) if e.protocol == "python" \
+            else cfg.stdout_cap
+        e.proc = resident.Process(self.runner.launcher, handle, line_cap, cfg.stderr_cap)
         e.where, e.stopped = where, ""
         self.live.add(e)
         self._note(e, "started")

@@ -21,6 +21,9 @@
 # JSON back: {"output": STRING} or {"error": STRING}.  Anything else (not JSON, not such an
 # object, EOF, the process ending, a reply over the cap, the timeout, a kill) is a failure:
 # the caller kills the process, and its next call gets a fresh one.
+# The python protocol (`python_call`, tree/resident/pyhost.py on the other end) sends the
+# bytes a cold run reads on stdin, as one JSON string, and reads back the run a cold start
+# would have made: {"exit": N, "stdout": S, "stderr": S[, "truncated": "stdout"|"stderr"]}.
 from __future__ import annotations
 
 import asyncio
@@ -43,11 +46,14 @@ class Ended(Exception):
 class Reply(Record):
     """One call's answer: `output` or `error` (the tool's own), or `failure` (the process
     broke the protocol or ended: it must go); `stderr` what it wrote meanwhile."""
-    FIELDS = ("output", "error", "failure", "stderr", "timed_out", "cancelled", "truncated")
+    FIELDS = ("output", "error", "failure", "stderr", "timed_out", "cancelled", "truncated",
+              "exit")
 
     def __init__(self, output: str | None = None, error: str | None = None,
                  failure: str | None = None, stderr: bytes = b"", timed_out: bool = False,
-                 cancelled: bool = False, truncated: str | None = None) -> None:
+                 cancelled: bool = False, truncated: str | None = None,
+                 exit: int | None = None) -> None:
+        self.exit = exit                # protocol python: the run's status (output: stdout)
         self.output = output
         self.error = error
         self.failure = failure
@@ -377,5 +383,37 @@ async def lines_call(proc: Process, line: bytes, timeout: float,
         rep.failure = ('reply is not {"output": STRING} or {"error": STRING}: '
                        f"{quote(raw)}")
         return rep
+    proc.calls += 1
+    return rep
+
+
+SE = "surrogateescape"    # pyhost.py's strings carry bytes that are not UTF-8 this way
+
+
+async def python_call(proc: Process, stdin: bytes, timeout: float,
+                      kill: asyncio.Event | None = None) -> Reply:
+    """One call of the python protocol; see the module's header."""
+    extra = proc.leftover()
+    if extra:
+        return Reply(failure=f"output between calls: {quote(extra)}")
+    try:
+        proc.send(json.dumps(stdin.decode("utf-8", SE)).encode() + b"\n")
+    except Ended as e:
+        return Reply(failure=str(e))
+    raw, rep = await answer(proc, timeout, kill, proc.line)
+    if raw is None:
+        return rep
+    try:
+        msg = json.loads(raw)
+    except ValueError:
+        msg = None
+    if not (isinstance(msg, dict) and type(msg.get("exit")) is int
+            and isinstance(msg.get("stdout"), str) and isinstance(msg.get("stderr"), str)
+            and msg.get("truncated") in (None, "stdout", "stderr")):
+        rep.failure = ('reply is not {"exit": N, "stdout": STRING, "stderr": STRING}: '
+                       f"{quote(raw)}")
+        return rep
+    rep.exit, rep.output, rep.truncated = msg["exit"], msg["stdout"], msg.get("truncated")
+    rep.stderr = msg["stderr"].encode("utf-8", SE) + rep.stderr
     proc.calls += 1
     return rep
