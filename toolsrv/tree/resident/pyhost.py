@@ -131,6 +131,7 @@ class Saved:
 
     def __init__(self):
         self.environ = dict(os.environ)
+        self.raw = dict(getattr(os.environ, "_data", {}))   # compared as bytes, at C speed
         self.cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.umask = os.umask(0o022)
         os.umask(self.umask)
@@ -140,7 +141,8 @@ class Saved:
         self.handlers = {s: signal.getsignal(getattr(signal, s)) for s in SIGNALS}
 
     def restore(self):
-        if os.environ != self.environ:
+        raw = getattr(os.environ, "_data", None)
+        if raw is None or raw != self.raw:
             os.environ.clear()
             os.environ.update(self.environ)
         os.fchdir(self.cwd)
