@@ -266,7 +266,7 @@ async def run(opts: object, tools: str) -> list[dict]:
         setup_agents(null, 1)
         if null_uv is not None:
             setup_agents(null_uv, 1)
-        setup_agents(real, 32, "echo pyecho file_read file_read_warm")
+        setup_agents(real, 32, "echo pyecho file_read file_read_warm file_grep")
         wn, wr = Wire.unix(null.path), Wire.unix(real.path)
         wu = Wire.unix(null_uv.path) if null_uv is not None else None
         for w in (wn, wr, wu):
@@ -275,7 +275,8 @@ async def run(opts: object, tools: str) -> list[dict]:
         if wu is not None:
             seq_rdwr(wu, 200, True)
         try:
-            from .mcp_bench import echo_call, file_read_call, mcp_session, noop_call
+            from .mcp_bench import (echo_call, file_grep_call, file_read_call, mcp_session,
+                                    noop_call)
             mcp_cm = mcp_session(f"{tools}/echo")
             mcp = await mcp_cm.__aenter__()
         except ImportError:
@@ -304,13 +305,18 @@ async def run(opts: object, tools: str) -> list[dict]:
         fr_path = call_path("a2")[:-2] + ("file_read", "call")
         fw_path = call_path("a2")[:-2] + ("file_read_warm", "call")
         fr_args = ('{"path": "%s", "limit": 50}' % sample).encode()
-        for _ in range(5):   # the resident interpreter's start, and a warm init's, once
+        fg_path = call_path("a2")[:-2] + ("file_grep", "call")
+        fg = {"pattern": "line 1[0-9] of", "path": f"{tools}/tree"}
+        fg_args = json.dumps(fg).encode()
+        for _ in range(5):   # the resident interpreters' start, and a warm init's, once
             wr.rdwr(7, fr_path, fr_args, True)
             wr.rdwr(7, fw_path, fr_args, True)
+            wr.rdwr(7, fg_path, fg_args, True)
         s: dict[str, list[float]] = {k: [] for k in ("own", "own_step", "mcp_noop", "real",
                                                       "direct", "mcp_sh", "cli", "cli_step",
                                                       "own_uv", "py", "echo", "burn",
-                                                      "own_pin", "fr", "mcp_fr", "fw")}
+                                                      "own_pin", "fr", "mcp_fr", "fw", "fg",
+                                                      "mcp_fg")}
         py_path = call_path("a1")[:-2] + ("pyecho", "call")
         cli = Client.connect(null.addr)
         cpath = "/".join(call_path("a0"))
@@ -336,12 +342,15 @@ async def run(opts: object, tools: str) -> list[dict]:
                              n_seq // 4 // rounds)
             s["fr"] += timed(lambda: wr.rdwr(7, fr_path, fr_args, True), n_seq // 4 // rounds)
             s["fw"] += timed(lambda: wr.rdwr(7, fw_path, fr_args, True), n_seq // 4 // rounds)
+            s["fg"] += timed(lambda: wr.rdwr(7, fg_path, fg_args, True), n_seq // 4 // rounds)
             if mcp is not None and mcp_pid:
                 c0 = cpu_s(mcp_pid)
                 s["mcp_noop"] += await seq_async(lambda: noop_call(mcp), n_seq // rounds)
                 cpu["mcp_noop"] += cpu_s(mcp_pid) - c0
                 s["mcp_sh"] += await seq_async(lambda: echo_call(mcp), n_seq // 4 // rounds)
                 s["mcp_fr"] += await seq_async(lambda: file_read_call(mcp, sample),
+                                               n_seq // 4 // rounds)
+                s["mcp_fg"] += await seq_async(lambda: file_grep_call(mcp, fg),
                                                n_seq // 4 // rounds)
         for w in (wn, wr, we, wb):
             w.close()
@@ -407,6 +416,13 @@ async def run(opts: object, tools: str) -> list[dict]:
                             "<= 1.0x", L["fr"]["median"] <= 1.0 * L["mcp_fr"]["median"],
                             "the same 50 lines of the same file; the MCP one runs "
                             "unsandboxed; resident protocol python (doc/tools.md)"))
+        if mcp is not None:
+            rows.append(row(B, "bundled file_grep call, 20-file tree (rdwr), resident", "ms",
+                            L["fg"], "MCP SDK server's in-process file_grep, stdio",
+                            L["mcp_fg"], "<= 1.0x",
+                            L["fg"]["median"] <= 1.0 * L["mcp_fg"]["median"],
+                            "the same search (pure-Python engine, 20 files of 200 lines, 20 "
+                            "matches); the MCP one runs unsandboxed"))
         rows.append(row(B, "bundled file_read call (rdwr), resident vs warm", "ms", L["fr"],
                         "the same tool run warm (its .meta without resident)", L["fw"],
                         "informative", None, "a fork of a warm interpreter per call, against "
@@ -472,6 +488,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     Path(tools, "sample.txt").write_text("".join(f"line {i} of a sample text file\n"
                                                  for i in range(200)))
     os.chmod(Path(tools, "sample.txt"), 0o644)
+    grep = fr.parent / "file_grep"       # its .meta (a cmd, resident through file_grep.py)
+    Path(tools, "file_grep.py").write_text(Path(str(grep) + ".py").read_text())
+    os.chmod(Path(tools, "file_grep.py"), 0o755)
+    Path(tools, "file_grep.meta").write_text(Path(str(grep) + ".meta").read_text())
+    tree = Path(tools, "tree")
+    tree.mkdir()
+    os.chmod(tree, 0o755)
+    for i in range(20):
+        Path(tree, f"f{i:02d}.txt").write_text("".join(
+            f"line {j} of file {i}\n" if j != 10 + i % 10 else f"line {j} of a match\n"
+            for j in range(200)))
+        os.chmod(Path(tree, f"f{i:02d}.txt"), 0o644)
     rows = asyncio.run(run(opts, tools))
     finish(rows, opts)
     return rows

@@ -1,9 +1,11 @@
 """The MCP baseline: the same tools behind the official `mcp` Python SDK, over stdio.
 
-The server (this module run as a script) has two tools:
-  noop     returns its args (no subprocess): MCP's own per-call cost;
-  echo_sh  runs the /bin/sh JSON echo with asyncio.create_subprocess_exec, args on stdin,
-           unsandboxed: what a user would write to serve that tool over MCP.
+The server (this module run as a script) has these tools:
+  noop       returns its args (no subprocess): MCP's own per-call cost;
+  echo_sh    runs the /bin/sh JSON echo with asyncio.create_subprocess_exec, args on stdin,
+             unsandboxed: what a user would write to serve that tool over MCP;
+  file_read, file_grep   the bundled scripts' code run in the server's process (file_grep's
+             pure-Python engine), unsandboxed: the in-process cost toolsrv is held to.
 It uses `MCPServer` (SDK 2.x) or `FastMCP` (1.x), whichever the installed SDK has.
 `mcp` is a bench-only extra: `pip install '.[bench]'`.
 
@@ -67,6 +69,25 @@ def build_server(tool_path: str) -> Any:
             sys.stdin, sys.stdout = saved
         return out
 
+    grep_code = compile(open(os.path.join(REPO, "toolsrv", "data", "tools", "file_grep.py"),
+                             encoding="utf-8").read(), "file_grep.py", "exec")
+
+    @srv.tool()
+    def file_grep(args: dict) -> str:
+        """The bundled file_grep's pure-Python engine, run in process (no sandbox)."""
+        import io
+        saved = sys.stdin, sys.stdout, sys.argv
+        sys.stdin, sys.stdout = io.StringIO(json.dumps(args)), io.StringIO()
+        sys.argv = ["file_grep.py"]
+        try:
+            exec(grep_code, {"__name__": "__main__"})
+        except SystemExit:
+            pass
+        finally:
+            out = sys.stdout.getvalue()
+            sys.stdin, sys.stdout, sys.argv = saved
+        return out
+
     return srv
 
 
@@ -119,6 +140,13 @@ async def echo_call(s: ClientSession) -> None:
 
 if __name__ == "__main__":
     build_server(sys.argv[1] if len(sys.argv) > 1 else "/bin/cat").run()
+
+
+async def file_grep_call(s: ClientSession, args: dict) -> str:
+    r = await s.call_tool("file_grep", {"args": args})
+    if r.is_error:
+        raise RuntimeError(f"MCP file_grep failed: {r}")
+    return r.content[0].text  # type: ignore[union-attr]
 
 
 async def file_read_call(s: ClientSession, path: str) -> str:

@@ -19,7 +19,7 @@ TOOLS = ["file_read", "file_write", "file_edit", "file_glob", "file_grep", "memo
 
 
 BUNDLED = os.path.join(REPO, "toolsrv", "data", "tools")
-PYTHON_RESIDENT = ["file_read", "file_write", "file_edit", "file_glob"]   # issue 33
+PYTHON_RESIDENT = ["file_read", "file_write", "file_edit", "file_glob", "file_grep"]  # issue 33
 
 
 def cold_copy(dest: str) -> str:
@@ -27,10 +27,13 @@ def cold_copy(dest: str) -> str:
     resident: each of their calls a cold (or warm) run."""
     os.mkdir(dest)
     for name in PYTHON_RESIDENT:
-        shutil.copy2(os.path.join(BUNDLED, name), dest)
+        for f in (name, name + ".py"):       # file_grep's cmd runs its file_grep.py
+            if os.path.exists(os.path.join(BUNDLED, f)):
+                shutil.copy2(os.path.join(BUNDLED, f), dest)
         with open(os.path.join(BUNDLED, name + ".meta")) as f:
             meta = json.load(f)
-        assert meta.pop("resident") == {"protocol": "python", "idle": 600}
+        found = [d.pop("resident") for d in [meta, *meta.get("variants", [])] if "resident" in d]
+        assert found and all(r["protocol"] == "python" for r in found), name
         with open(os.path.join(dest, name + ".meta"), "w") as f:
             json.dump(meta, f)
     return dest

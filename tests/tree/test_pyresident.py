@@ -61,6 +61,12 @@ def srv():
     add_tool(d, "pyres", SCRIPT, {"resident": {"protocol": "python"}})
     add_tool(d, "pycold", SCRIPT)
     add_tool(d, "shres", "#!/bin/sh\ncat\n", {"resident": {"protocol": "python"}})
+    with open(os.path.join(d, "engine.py"), "w") as f:     # a cmd's engine, as file_grep's
+        f.write('#!/usr/bin/env python3\nimport sys\nprint(sys.argv[1:], sys.stdin.read())\n')
+    os.chmod(os.path.join(d, "engine.py"), 0o755)
+    add_tool(d, "viacmd", None, {"cmd": f"exec {d}/engine.py --fast",
+                                 "resident": {"protocol": "python", "script": "engine.py",
+                                              "args": ["--fast"]}})
     app = AppThread([d], timeout=3).start()
     app.tools = d
     yield app
@@ -73,7 +79,7 @@ def c(srv):
         s = "p" + os.urandom(4).hex()
         c.mkdir(f"session/{s}")
         c.mkdir(f"session/{s}/agent/a")
-        c.rdwr(f"session/{s}/agent/a/ctl", b"tool_load pyres pycold shres")
+        c.rdwr(f"session/{s}/agent/a/ctl", b"tool_load pyres pycold shres viacmd")
         c.base = f"session/{s}/agent/a"
         yield c
         c.rm(f"session/{s}")
@@ -215,3 +221,8 @@ def test_the_process_is_gone_when_its_tool_is_unloaded(c, srv):
     while hosts_of(path) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert hosts_of(path) == []
+
+
+def test_a_script_beside_the_meta_is_run_for_a_cmd_tool(c):
+    r = call(c, "viacmd", {"x": 1})
+    assert r["result"] == b"""['--fast'] {"x": 1}\n""" and "\nresident up " in r["status"]

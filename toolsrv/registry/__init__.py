@@ -2,7 +2,8 @@
 #
 # registry.py scans the tool search path, keeps one Tool per name (the first directory
 # wins) with a revision that moves on every change, and answers the tree's questions
-# (index, a tool's files, why one is missing); metafile.py parses and checks one .meta,
+# (index, a tool's files, why one is missing); metafile.py parses and checks one .meta
+# (residentmeta.py its `resident` field, metaerror.py the error they raise),
 # variants.py picks its variant for this host, resolve.py resolves the command; watch.py
 # sees changes (inotify, else polling); names.py holds the name rule that tools,
 # sessions and agents share; schemaref.py a schema's refs (nothing fetched);

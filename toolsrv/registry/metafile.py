@@ -35,6 +35,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..record import Frozen, Record, setfield
+from .metaerror import MetaError, json_kind
+from .residentmeta import LSP_OPS, check_resident  # noqa: F401  (LSP_OPS: said here too)
 from .schemaref import REASON, outside_refs
 
 MAX_META_BYTES = 1 << 20
@@ -50,10 +52,6 @@ GOARCH = frozenset("386 amd64 arm arm64 loong64 mips mips64 mips64le mipsle ppc6
                    "riscv64 s390x sparc64 wasm".split())
 DRAFT_2020_12 = "json-schema.org/draft/2020-12/schema"
 DRAFT_07 = "json-schema.org/draft-07/schema"
-
-
-class MetaError(ValueError):
-    """A `.meta` file is unusable; str(err) is the reason shown in tools/errors."""
 
 
 class Variant(Frozen):
@@ -89,19 +87,6 @@ class MetaDef(Frozen):
 def default_args() -> dict[str, Any]:
     """The schema of a tool without `args`: an object with no required properties."""
     return {"type": "object", "properties": {}}
-
-
-def json_kind(v: object) -> str:
-    """The JSON name of a parsed value's type, for messages."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, (int, float)):
-        return "a number"
-    if isinstance(v, str):
-        return "a string"
-    return "an array" if isinstance(v, list) else "an object"
 
 
 def json_path(parts: Any) -> str:
@@ -195,62 +180,10 @@ def _output_schema(v: Any, where: str) -> dict[str, Any]:
     return v
 
 
-PROTOCOLS = ("lines", "mcp", "lsp", "python")
-IDLE = 300.0  # seconds a resident process may sit without a call
-LSP_OPS = ("definition", "references", "hover", "diagnostics", "symbols", "rename", "calls")
-LSP_FIELDS = ("language", "extensions", "settings", "init")
-
-
-def _resident(v: Any, where: str) -> dict[str, Any] | None:
-    """`true`, `false` or {"protocol", "idle", "tool"} (lsp: also "language", "extensions",
-    "settings", "init"): the normalised form, or None (not resident).  "tool" stays None
-    when not given (the caller knows the .meta's name)."""
-    if v is False:
-        return None
-    if v is True:
-        v = {}
-    if not isinstance(v, dict):
-        raise MetaError(f"{where}: must be true, false or an object, not {json_kind(v)}")
-    proto = v.get("protocol", "lines")
-    known = ("protocol", "idle", "tool") + (LSP_FIELDS if proto == "lsp" else ())
-    for k in v:
-        if k not in known:
-            raise MetaError(f"{where}.{k}: unknown field ({', '.join(known)})")
-    if proto not in PROTOCOLS or not isinstance(proto, str):
-        raise MetaError(f"{where}.protocol: must be one of {', '.join(PROTOCOLS)}, "
-                        f"not {json.dumps(proto)}")
-    idle = v.get("idle", IDLE)
-    if isinstance(idle, bool) or not isinstance(idle, (int, float)) or not idle > 0:
-        raise MetaError(f"{where}.idle: must be a number of seconds above 0, not "
-                        f"{json.dumps(idle)}")
-    tool = v.get("tool")
-    if tool is not None and (not isinstance(tool, str) or not tool):
-        raise MetaError(f"{where}.tool: must be a non-empty string, not {json.dumps(tool)}")
-    out = {"protocol": proto, "idle": float(idle), "tool": tool}
-    return _lsp(v, where, out) if proto == "lsp" else out
-
-
-def _lsp(v: dict[str, Any], where: str, out: dict[str, Any]) -> dict[str, Any]:
-    """The lsp protocol's fields: `tool` one of LSP_OPS, `language` (the LSP language id),
-    `extensions` (the files it serves), `settings` and `init` (any JSON)."""
-    if out["tool"] not in LSP_OPS:
-        raise MetaError(f"{where}.tool: must be one of {', '.join(LSP_OPS)} for protocol "
-                        f"lsp, not {json.dumps(out['tool'])}")
-    lang = v.get("language")
-    if not isinstance(lang, str) or not lang:
-        raise MetaError(f"{where}.language: must be a language id such as \"python\"")
-    exts = v.get("extensions", [])
-    if not isinstance(exts, list) or not all(isinstance(e, str) and e.startswith(".")
-                                             for e in exts):
-        raise MetaError(f'{where}.extensions: must be a list of endings such as [".py"]')
-    return {**out, "language": lang, "extensions": list(exts),
-            "settings": v.get("settings"), "init": v.get("init")}
-
-
 _CHECKERS: dict[str, Callable[[Any, str], Any]] = {
     "description": _text, "prompt": _text, "keywords": _keywords, "args": _args,
     "tier": _tier, "cmd": _cmd, "scope": _string, "outputFormat": _string,
-    "resetsCounter": _boolean, "readOnly": _boolean, "resident": _resident,
+    "resetsCounter": _boolean, "readOnly": _boolean, "resident": check_resident,
     "title": _string, "destructive": _boolean, "idempotent": _boolean,
     "outputSchema": _output_schema,
 }

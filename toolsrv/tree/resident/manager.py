@@ -226,8 +226,8 @@ class Residents:
         start = RunRequest(argv=argv, stdin=b"", cwd=req.cwd, env=req.env,
                            profile=req.profile, tool_dir=req.tool_dir, context=req.context)
         cfg = self.runner.config
-        host = pyrun.host_argv(cfg.stdout_cap, cfg.stderr_cap) if e.protocol == "python" \
-            else None
+        host = pyrun.host_argv(cfg.stdout_cap, cfg.stderr_cap, tool.resident, req.tool_dir) \
+            if e.protocol == "python" else None
         handle, refusal = await self.runner.open_resident(start, host)
         if handle is None:
             self._failed_start(e, refusal or "could not start")

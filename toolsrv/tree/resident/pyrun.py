@@ -33,9 +33,16 @@ def source() -> str:
     return _SOURCE[0]
 
 
-def host_argv(out_cap: int, err_cap: int) -> Callable[[list[str], dict, str], list[str]]:
-    """The rewrite of a tool's argv (given its run's environment and cwd) into pyhost's."""
+def host_argv(out_cap: int, err_cap: int, resident: dict | None = None, tool_dir: str = ""
+              ) -> Callable[[list[str], dict, str], list[str]]:
+    """The rewrite of a tool's argv (given its run's environment and cwd) into pyhost's;
+    a `script` of the .meta's resident object (a file beside the .meta) and its `args`
+    replace the tool's own command."""
+    script = (resident or {}).get("script")
+
     def rewrite(argv: list[str], env: dict, cwd: str) -> list[str]:
+        if script is not None:
+            argv = [os.path.join(tool_dir, script), *(resident or {}).get("args", [])]
         plan, why = warmstart.plan(list(argv), env, cwd)
         if plan is None:
             raise Cold(why or "not a Python script")
