@@ -18,6 +18,11 @@ Figures and their baselines, all measured in this run:
                 stdio: informative (the face's floor: MCP over stdio, then 9P to a process
                 that is up already).
 
+  mcp-server-time  the time server from PyPI imported with `toolsrv import-mcp` (resident,
+                sandboxed under the profile import-mcp writes) and called through
+                `toolsrv mcp`, against the same server called directly by the SDK's
+                client over stdio, unsandboxed: target <= 1.1x at the median.
+
   before/after  with --old-tree DIR (an earlier commit's tree: `git archive COMMIT | tar
                 -x -C DIR`), the same echo through that tree's `toolsrv mcp`, alternating
                 with this tree's in the same windows: the ratio is this tree's cost.
@@ -115,6 +120,44 @@ async def list_changed(face: Any, srv: ToolsrvProcess, tools: str, n: int
     return note, direct
 
 
+TIME_ARGS = ["--local-timezone", "UTC"]
+
+
+def import_time(tools: str, srv: ToolsrvProcess) -> str | None:
+    """`toolsrv import-mcp` of mcp-server-time into `tools`, its profile in a HOME of the
+    server's own; the server's path, or None where it is not installed."""
+    import shutil
+    import subprocess
+    exe = shutil.which("mcp-server-time", path=os.path.dirname(PY))
+    if exe is None:
+        return None
+    home = tempfile.mkdtemp(prefix="bench-home.", dir="/tmp")
+    os.chmod(home, 0o755)
+    env = {**os.environ, "HOME": home, "PYTHONPATH": str(REPO)}
+    subprocess.run([PY, "-m", "toolsrv", "import-mcp", "--dir", tools, "--prefix", "time.",
+                    "--", exe, *TIME_ARGS], env=env, check=True, stdout=subprocess.DEVNULL,
+                   cwd=tempfile.gettempdir())
+    srv.env["HOME"] = home
+    return exe
+
+
+def time_session(exe: str) -> Any:
+    """An SDK client session straight to mcp-server-time (unsandboxed), initialized."""
+    import contextlib
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    @contextlib.asynccontextmanager
+    async def session() -> Any:
+        params = StdioServerParameters(command=exe, args=TIME_ARGS)
+        with open(os.devnull, "w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (r, w):
+                async with ClientSession(r, w) as s:
+                    await s.initialize()
+                    yield s
+    return session()
+
+
 async def run(opts: Any) -> list[dict]:
     import contextlib
     q = opts.quick
@@ -122,7 +165,9 @@ async def run(opts: Any) -> list[dict]:
     tools = make_tools_dir({"flip": (ECHO_SH, {**ECHO_META, "description": "flip"}),
                             "recho": (RES_ECHO, RES_META)})
     rows: list[dict] = []
-    srv = ToolsrvProcess(tools).start()
+    srv = ToolsrvProcess(tools)
+    timesrv = import_time(tools, srv)
+    srv.start()
     try:
         from .mcp_bench import echo_call, mcp_session, noop_call
     except ImportError:
@@ -161,6 +206,15 @@ async def run(opts: Any) -> list[dict]:
                         "noop": lambda: noop_call(sdk), "res": resident}
             if before is not None:
                 variants["old"] = through(before)
+            if timesrv is not None:
+                direct = await stack.enter_async_context(time_session(timesrv))
+
+                async def now(s: Any, name: str) -> None:
+                    r = await s.call_tool(name, {"timezone": "UTC"})
+                    if r.is_error:
+                        raise RuntimeError(f"{name} failed: {r}")
+                variants["time_face"] = lambda: now(face, "time.get_current_time")
+                variants["time_sdk"] = lambda: now(direct, "get_current_time")
             got = await windows(variants, rounds=5, per=20 if q else 100)
             nine.close()
             L = {k: lat(v) for k, v in got.items()}
@@ -191,6 +245,18 @@ async def run(opts: Any) -> list[dict]:
                                 L["face"]["median"] <= 1.1 * L["old"]["median"],
                                 "this tree's face against an earlier tree's, alternating "
                                 "in the same windows against the same server"))
+            if timesrv is not None:
+                rows.append(row(B, "mcp-server-time call, imported, through toolsrv mcp",
+                                "ms", L["time_face"], "the same server called directly by "
+                                "the SDK's client", L["time_sdk"], "<= 1.1x",
+                                L["time_face"]["median"] <= 1.1 * L["time_sdk"]["median"],
+                                "get_current_time: toolsrv import-mcp's .meta files, the "
+                                "server resident and sandboxed under its profile, reached "
+                                "through the face's 9P; the baseline runs it unsandboxed"))
+            else:
+                rows.append(row(B, "mcp-server-time call, imported, through toolsrv mcp",
+                                "ms", None, note="mcp-server-time is not installed "
+                                "(the test extra has it): not measured"))
             note, direct = await list_changed(face, srv, tools, 5 if q else 20)
             ln, ld = lat(note), lat(direct)
             rows.append(row(B, "list_changed after a .meta change", "ms", ln,
