@@ -8,7 +8,8 @@
 # and progress (server.py, extras.py and http.py are the modules that import the SDK);
 # http.py is the streamable HTTP listener and its gate (Origin, Host, bearer token);
 # run.py the process: dial ADDR, or serve the default registry in process when nothing
-# answers there.
+# answers there; stdio.py the stdio wire the SDK's transport is given (the event loop's
+# pipes, not worker threads).
 #
 # May import app and everything below it (standalone mode starts an App); imported only
 # by cli/ (the `mcp` verb), so `serve` never loads the SDK.

@@ -10,8 +10,8 @@ refused, a bad secret) is an error, not a reason to serve alone.
 
 Order: the dial or the local server first (a failure is a message on stderr and exit
 1, before any MCP is spoken; the local server's launcher has its own stdin and stdout,
-/dev/null), then the SDK's stdio_server (it points fd 0 and 1 away from the pipes while
-it serves), then the watcher (revwait) beside the SDK's serving loop.  When the client closes stdin, or on SIGTERM/SIGINT, the loop ends, each
+/dev/null), then the SDK's stdio_server over our stdio.py's wire (fd 0 and 1 pointed away
+from the pipes while it serves, the pipes read and written by the loop, not by threads), then the watcher (revwait) beside the SDK's serving loop.  When the client closes stdin, or on SIGTERM/SIGINT, the loop ends, each
 connection's teardown removes its seat, and the local server, if any, stops.
 """
 from __future__ import annotations
@@ -109,8 +109,11 @@ async def _main(args: Any, http: Any) -> int:
     if http is not None:
         return await _serve(args, (nine, addr, local), None, http)
     from mcp.server.stdio import stdio_server
-    async with stdio_server() as streams:
-        return await _serve(args, (nine, addr, local), streams, None)
+    from .stdio import wire
+    async with wire() as ours:           # the loop's own pipes, where it can watch them
+        mine = {"stdin": ours[0], "stdout": ours[1]} if ours else {}
+        async with stdio_server(**mine) as streams:
+            return await _serve(args, (nine, addr, local), streams, None)
 
 
 def _tls(args: Any) -> Any:

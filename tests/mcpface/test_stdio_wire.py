@@ -1,0 +1,100 @@
+"""The face's stdio wire (toolsrv/mcp/stdio.py): the SDK's transport given the event loop's
+own pipes instead of worker threads (issue 33 item 3).  What the SDK's transport promised
+must still hold: a frame split across reads, a message far larger than a pipe, a stray
+write to fd 1 never tearing a frame, end of file ending the face; and stdin that the loop
+cannot watch (a regular file) falls back to the SDK's own transport."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'toolsrv[mcp]')")
+
+from mcphelpers import FACE, env, raw_reply, raw_rpc  # noqa: E402
+from toolsrv.mcp.stdio import LinesIn  # noqa: E402
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw",
+                                                                        "version": "0"}}}
+
+
+def test_lines_are_whole_however_the_bytes_arrive():
+    async def go():
+        r = asyncio.StreamReader(limit=1 << 20)
+        for chunk in (b'{"a"', b': 1}\n{"b": 2', b"}\n", b'{"c": 3}'):   # last: no newline
+            r.feed_data(chunk)
+        r.feed_eof()
+        return [line async for line in LinesIn(r)]
+    assert asyncio.run(go()) == ['{"a": 1}\n', '{"b": 2}\n', '{"c": 3}']
+
+
+def test_a_line_past_the_limit_ends_the_stream():
+    async def go():
+        r = asyncio.StreamReader(limit=16)
+        r.feed_data(b"x" * 64)
+        return [line async for line in LinesIn(r)]
+    assert asyncio.run(go()) == []
+
+
+def face(server, stdin):
+    return subprocess.Popen([*FACE, "-a", server.addr], stdin=stdin, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env(), cwd=tempfile.gettempdir())
+
+
+def test_a_large_message_through_the_pipes(server):
+    p = face(server, subprocess.PIPE)
+    try:
+        raw_rpc(p, INIT)
+        assert "result" in raw_reply(p, 1)
+        raw_rpc(p, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        big = "é" * 300_000                  # 600 KB of UTF-8: many pipe buffers each way
+        raw_rpc(p, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                    "params": {"name": "echo", "arguments": {"big": big}}})
+        r = raw_reply(p, 2)
+        assert r["result"]["isError"] is False
+        assert json.loads(r["result"]["content"][0]["text"]) == {"big": big}
+    finally:
+        p.stdin.close()
+        assert p.wait(30) == 0                    # end of file on stdin ends the face
+        p.stdout.close()
+
+
+def test_fd_0_and_1_point_away_from_the_wire_while_it_serves(server, tmp_path):
+    """A stray write to fd 1 (a handler's print, a child's output) lands in stderr's file and
+    a read of fd 0 gets end of file: only frames are on the pipes."""
+    err = open(tmp_path / "stderr", "wb")
+    p = subprocess.Popen([*FACE, "-a", server.addr], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=err, env=env(),
+                         cwd=tempfile.gettempdir())
+    try:
+        raw_rpc(p, INIT)
+        assert "result" in raw_reply(p, 1)
+        fds = {n: os.readlink(f"/proc/{p.pid}/fd/{n}") for n in (0, 1, 2)}
+        assert fds[0] == "/dev/null" and fds[1] == fds[2] == str(tmp_path / "stderr"), fds
+        raw_rpc(p, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        raw_rpc(p, {"jsonrpc": "2.0", "id": 3, "method": "tools/list"})
+        assert "tools" in raw_reply(p, 3)["result"]
+    finally:
+        p.stdin.close()
+        p.wait(30)
+        p.stdout.close()
+        err.close()
+
+
+def test_a_file_as_stdin_falls_back_to_the_sdks_transport(server, tmp_path):
+    """The loop cannot watch a regular file: the SDK's own transport reads it, and the face
+    answers (what follows end of file is the SDK's: calls still open are closed)."""
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps(INIT) + "\n")
+    with open(requests, "rb") as f:
+        p = face(server, f)
+        try:
+            assert raw_reply(p, 1)["result"]["serverInfo"]["name"]
+        finally:
+            assert p.wait(30) == 0
+            p.stdout.close()
