@@ -10,8 +10,11 @@ near 1, so `search` can print and cut them the same way whatever the method.
 
   scaled      BM25 / this query's best; the cosine above this query's mean cosine /
               (best - mean); w x lexical + (1 - w) x semantic.  (The fusion of issue 18.)
-  zscore      each ranker's z-score over the tools (its mean and spread on this query),
-              w x lexical + (1 - w) x semantic, shifted and scaled into (0, 1].
+  zscore      each ranker's z-score over the tools (its mean and spread on this query;
+              the cosines' spread taken as at least k, so a need no tool is about in
+              meaning, a flat field of small cosines, does not outvote a word that only
+              one tool has), w x lexical + (1 - w) x semantic, shifted and scaled into
+              (0, 1].
   confidence  `scaled`, with each ranker's weight multiplied by its confidence on this
               query: 1 - (its 5th best / its best), on the scaled scores (a ranker that
               sees one clear winner counts more than one that sees a flat field).
@@ -25,8 +28,9 @@ from __future__ import annotations
 
 from typing import Any
 
-# The method and its constants (bench/search_fusion.py chose them; doc/search.md).
-FUSION: tuple[str, float, float] = ("scaled", 0.6, 0.0)      # (method, w, k)
+# The method and its constants (bench/search_fusion.py chose them among the fusions that
+# keep the ranking contract; doc/search.md): z-scores, lexical weight 0.2, cosine floor 0.2.
+FUSION: tuple[str, float, float] = ("zscore", 0.2, 0.2)      # (method, w, k)
 METHODS = ("scaled", "zscore", "confidence", "rrf")
 TINY = 1e-9          # a spread below this is none (no ranker's scores are that close)
 
@@ -45,7 +49,7 @@ def fuse(np: Any, lex: Any, sem: Any, alive: Any, fusion: Any = None) -> Any:
             wl, ws = w, 1.0 - w
         out = (wl * lz + ws * sz) / (wl + ws)
     elif method == "zscore":
-        out = w * _z(np, lex, alive) + (1.0 - w) * _z(np, sem, alive)
+        out = w * _z(np, lex, alive) + (1.0 - w) * _z(np, sem, alive, k)
         vals = out if alive is None else out[alive]
         lo, hi = float(vals.min()), float(vals.max())
         out = (out - lo) / (hi - lo) if hi - lo > TINY else np.zeros_like(out)
@@ -90,9 +94,11 @@ def _confidence(np: Any, unit: Any, alive: Any) -> float:
     return 1.0 - fifth / best if best > TINY else 0.0
 
 
-def _z(np: Any, x: Any, alive: Any) -> Any:
+def _z(np: Any, x: Any, alive: Any, floor: float = 0.0) -> Any:
+    """x's z-scores over the live slots; the spread is taken as at least `floor`, so a field
+    of near-equal scores (cosines of a need no tool is about) stays near 0."""
     vals = x if alive is None else x[alive]
-    sd = float(vals.std())
+    sd = max(float(vals.std()), floor)
     return (x - float(vals.mean())) / sd if sd > TINY else np.zeros_like(x)
 
 
