@@ -60,6 +60,7 @@ def srv():
     d = tools_dir()
     add_tool(d, "pyres", SCRIPT, {"resident": {"protocol": "python"}})
     add_tool(d, "pycold", SCRIPT)
+    add_tool(d, "pyro", SCRIPT, {"resident": {"protocol": "python"}, "readOnly": True})
     add_tool(d, "shres", "#!/bin/sh\ncat\n", {"resident": {"protocol": "python"}})
     with open(os.path.join(d, "engine.py"), "w") as f:     # a cmd's engine, as file_grep's
         f.write('#!/usr/bin/env python3\nimport sys\nprint(sys.argv[1:], sys.stdin.read())\n')
@@ -79,7 +80,7 @@ def c(srv):
         s = "p" + os.urandom(4).hex()
         c.mkdir(f"session/{s}")
         c.mkdir(f"session/{s}/agent/a")
-        c.rdwr(f"session/{s}/agent/a/ctl", b"tool_load pyres pycold shres viacmd")
+        c.rdwr(f"session/{s}/agent/a/ctl", b"tool_load pyres pycold shres viacmd pyro")
         c.base = f"session/{s}/agent/a"
         yield c
         c.rm(f"session/{s}")
@@ -226,3 +227,22 @@ def test_the_process_is_gone_when_its_tool_is_unloaded(c, srv):
 def test_a_script_beside_the_meta_is_run_for_a_cmd_tool(c):
     r = call(c, "viacmd", {"x": 1})
     assert r["result"] == b"""['--fast'] {"x": 1}\n""" and "\nresident up " in r["status"]
+
+
+def test_read_only_calls_still_run_side_by_side(c):
+    """A readOnly tool's calls run in parallel, cold; resident, one that finds the
+    interpreter busy runs cold beside it (and the log says so once)."""
+    import threading
+    call(c, "pyro", {"op": "pid"})                    # the interpreter is up
+    slow = threading.Thread(target=lambda: call(c, "pyro", {"op": "sleep", "t": 2}))
+    slow.start()
+    deadline = time.monotonic() + 20
+    while "running" not in c.read(f"{c.base}/tools/pyro/status").decode() \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    r = c.rdwr(f"{c.base}/tools/pyro/call", b'{"op": "pid"}')   # while the sleep runs
+    log = c.read(f"{c.base}/log").decode()
+    slow.join()
+    assert r.split()[1] == call(c, "pyro", {"op": "pid"})["result"].split()[1]   # its uid
+    assert "\nresident up " in c.read(f"{c.base}/tools/pyro/status").decode()
+    assert log.count("resident pyro -> runs cold: its interpreter is busy") == 1, log

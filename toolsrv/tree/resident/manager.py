@@ -139,6 +139,9 @@ class Residents:
         RAN: its result is set as a cold run's would be, for the caller's outcome(); COLD:
         a resident process cannot run it as a cold run would, so the caller runs it cold."""
         e = self.entry(call.agent, tool)
+        if e.protocol == "python" and tool.read_only and e.lock.locked():
+            return self._cold(e, "its interpreter is busy with another call, and calls of "
+                              "a readOnly tool run side by side")
         async with e.lock:
             if call.kill.is_set():
                 _cancelled(call)
