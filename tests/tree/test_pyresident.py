@@ -49,6 +49,22 @@ elif op == "sleep":
     time.sleep(a["t"])
 elif op == "pid":       # the process: its pid is of a namespace of its own, its TMPDIR its own
     print(os.environ["TMPDIR"], os.getuid())
+elif op == "_exit":      # without flushing: what was printed unflushed is lost, as cold
+    os.write(1, b"said\n")
+    os._exit(a["code"])
+elif op == "forked":     # a child's os._exit is the real one
+    pid = os.fork()
+    if pid == 0:
+        os.write(1, b"child\n")
+        os._exit(7)
+    print("child status", os.waitpid(pid, 0)[1] >> 8)
+elif op == "thread":     # a non-daemon thread is waited for, its output is this call's
+    import threading
+    threading.Thread(target=lambda: (time.sleep(0.3), print("late", flush=True))).start()
+elif op == "alarm":      # a pending alarm would end the process after the call
+    import signal
+    signal.alarm(1)
+    print("armed")
 elif op == "stdin":
     sys.stdin.seek(0) if sys.stdin.seekable() else None
     print(repr(sys.stdin.read()), repr(os.read(0, 100)))
@@ -112,7 +128,7 @@ def both(c, args: dict) -> dict:
 @pytest.mark.parametrize("args", [
     {"op": "exit", "code": 0}, {"op": "exit", "code": 3}, {"op": "exit", "code": "gave up"},
     {"op": "exit", "code": None}, {"op": "child"}, {"op": "bytes"}, {"op": "stdin"},
-    {"op": "none"}])
+    {"op": "none"}, {"op": "_exit", "code": 4}, {"op": "forked"}, {"op": "thread"}])
 def test_each_call_is_answered_as_a_cold_run_would_be(c, args):
     r = both(c, args)
     if args.get("code") == 3:
@@ -246,3 +262,11 @@ def test_read_only_calls_still_run_side_by_side(c):
     assert r.split()[1] == call(c, "pyro", {"op": "pid"})["result"].split()[1]   # its uid
     assert "\nresident up " in c.read(f"{c.base}/tools/pyro/status").decode()
     assert log.count("resident pyro -> runs cold: its interpreter is busy") == 1, log
+
+
+def test_a_pending_alarm_does_not_end_the_process(c):
+    before = call(c, "pyres", {"op": "pid"})["result"]
+    assert both(c, {"op": "alarm"})["result"] == b"armed\n"
+    # the next call outlasts the alarm: SIGALRM, had it stayed armed, would end the process
+    assert call(c, "pyres", {"op": "sleep", "t": 1.5})["state"] == "ok"
+    assert call(c, "pyres", {"op": "pid"})["result"] == before

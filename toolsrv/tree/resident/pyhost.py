@@ -22,8 +22,11 @@
 # Then one line back: {"exit": N, "stdout": S, "stderr": S}, the bytes as strings
 # (surrogateescape where they are not UTF-8), each cut to its cap, with "truncated":
 # "stdout" (or "stderr") when a cap cut it.  EOF on the control pipe ends the process.
-# What a call leaves behind that a cold run's end would clear (a thread, a child process,
-# an atexit handler) is the tool's to avoid: the bundled tools leave none.  Standard library
+# As a cold run's end: the non-daemon threads the script started are waited for, a pending
+# alarm is cancelled, and os._exit(N) in the script's own process ends the call with N
+# (in a child it forked, it is the real one).  What a call leaves behind that a cold run's
+# end would clear (a daemon thread, a child process, an atexit handler) is the tool's to
+# avoid: the bundled tools leave none.  Standard library
 # only; runs on Python >= 3.8.
 import fcntl
 import io
@@ -164,8 +167,40 @@ def streams(real):
     return made
 
 
+class Exited(BaseException):
+    """os._exit(status) in the script's own process: the call ends with that status (the
+    process must serve the next one); in a child it forked, os._exit is the real one."""
+
+    def __init__(self, status):
+        BaseException.__init__(self, status)
+        self.status = status
+
+
+def _exit_for(pid, real_exit):
+    def _exit(status):
+        if os.getpid() != pid:
+            real_exit(status)
+        raise Exited(status)
+    return _exit
+
+
+def settle(before):
+    """What the end of a cold run's process does that the host can: wait for the non-daemon
+    threads the script started (the interpreter waits for them too), and cancel a pending
+    alarm or interval timer (it would end this process after the call)."""
+    threading_mod = sys.modules.get("threading")
+    if threading_mod is not None:
+        for t in threading_mod.enumerate():
+            if t not in before and not t.daemon and t is not threading_mod.current_thread():
+                t.join()
+    if hasattr(signal, "setitimer"):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.alarm(0)
+
+
 def run(script, argv, data, saved, real):
     """One call: (status, stdout bytes, stderr bytes) with their truncation."""
+    before = set(threading.enumerate())
     fds = [stdin_pipe(data), memfile(), memfile()]
     for i, fd in enumerate(fds):
         os.dup2(fd, i)
@@ -182,14 +217,20 @@ def run(script, argv, data, saved, real):
         main.__cached__ = None
         sys.modules["__main__"] = main
         sys.argv[:] = argv
+        real_exit, os._exit = os._exit, _exit_for(os.getpid(), os._exit)
         try:
             exec(code, main.__dict__)
         except SystemExit as e:
             status = exit_status(e)
+        except Exited as e:
+            status = e.status & 0xFF if isinstance(e.status, int) else 1
         except BaseException:      # as the interpreter prints it: from the script's frame
             kind, err, tb = sys.exc_info()
             traceback.print_exception(kind, err, tb.tb_next if tb is not None else None)
             status = 1
+        finally:
+            os._exit = real_exit
+        settle(before)
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()
