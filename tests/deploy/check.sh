@@ -170,6 +170,9 @@ call() {   # call TOOL JSON EXPECTED: from directory b, the output must contain 
 call my_tool '{"path": "first"}' "my_tool saw first"
 call json_path '{"path": "from the cmd"}' "from the cmd"
 call file_read '{"path": "hello.txt"}' "a line of the deployment check"
+FR=$(cd "$T/c" && "$V/toolsrv" read -a "$ADDR" session/deploy/agent/me/tools/file_read/status \
+     2>>"$T/client.log") || fail "toolsrv read file_read's status"
+case "$FR" in *"resident up "*) ;; *) fail "file_read did not run resident (protocol python, from the installed package): $FR" ;; esac
 call client_9p '{"op": "read", "path": "tools/index"}' "my_tool"   # the package, read confined
 call my_tool '{"path": "second"}' "my_tool saw second"
 STATUS=$(cd "$T/c" && "$V/toolsrv" read -a "$ADDR" status 2>>"$T/client.log") \
@@ -177,7 +180,7 @@ STATUS=$(cd "$T/c" && "$V/toolsrv" read -a "$ADDR" status 2>>"$T/client.log") \
 echo "$STATUS" >"$T/status.log"
 echo "$STATUS" | grep -Eq '; [1-9][0-9]* made warm' || fail "/status shows no warm interpreter made"
 echo "$STATUS" | grep -Eq ', 0 failed' || fail "/status shows a failed warm start"
-step "quick-start calls, bundled file_read and client_9p; /status: warm made, none failed"
+step "quick-start calls, bundled file_read (resident) and client_9p; /status: warm made, none failed"
 
 # --- toolsrv mcp, standalone, from a third directory ---------------------------------------
 (cd "$T/c" && NAMESPACE=$T/ns-empty "$V/python" - "$V/toolsrv" "$T/b" "$T/mcp-stderr.log" \
