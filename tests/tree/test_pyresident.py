@@ -270,3 +270,14 @@ def test_a_pending_alarm_does_not_end_the_process(c):
     # the next call outlasts the alarm: SIGALRM, had it stayed armed, would end the process
     assert call(c, "pyres", {"op": "sleep", "t": 1.5})["state"] == "ok"
     assert call(c, "pyres", {"op": "pid"})["result"] == before
+
+
+def test_an_elevated_call_runs_cold_where_elevation_is_decided(c):
+    """Elevation lifts the sandbox, which a resident process cannot: the call goes the cold
+    way, to the broker (none here, so it is denied, as any cold elevated call is)."""
+    before = call(c, "pyres", {"op": "pid"})["result"]
+    r = call(c, "pyres", {"op": "pid", "elevated": True})
+    assert r["error"].startswith("elevation denied (permission denied)"), r
+    log = c.read(f"{c.base}/log").decode()
+    assert "resident pyres -> runs cold: an elevated call runs outside the sandbox" in log
+    assert call(c, "pyres", {"op": "pid"})["result"] == before     # the process was left be
