@@ -214,7 +214,7 @@ def test_a_command_it_cannot_host_runs_cold_and_the_log_says_why_once(c):
 
 
 def hosts_of(path: str) -> list[str]:
-    """The pids of pyhost processes serving the tool at `path`."""
+    """The pids of pyhost processes serving the tools directory `path`."""
     found = []
     for p in os.listdir("/proc"):
         try:
@@ -227,14 +227,20 @@ def hosts_of(path: str) -> list[str]:
     return found
 
 
-def test_the_process_is_gone_when_its_tool_is_unloaded(c, srv):
-    path = os.path.join(srv.tools, "pyres")
+def test_an_agents_tools_share_one_interpreter_until_the_last_is_unloaded(c, srv):
+    """pyres and pyro (one tools directory, one sandbox, one #! interpreter) are served by
+    one process of the agent; unloading one leaves it to the other; the last one ends it."""
+    path = srv.tools
     deadline = time.monotonic() + 20
     while hosts_of(path) and time.monotonic() < deadline:   # other tests' sessions' go
         time.sleep(0.05)
-    assert call(c, "pyres", {"op": "pid"})["state"] == "ok"
+    one = call(c, "pyres", {"op": "pid"})["result"]
+    assert call(c, "pyro", {"op": "pid"})["result"] == one        # the same TMPDIR: process
     assert len(hosts_of(path)) == 1
     c.rdwr(f"{c.base}/ctl", b"tool_unload pyres")
+    assert call(c, "pyro", {"op": "pid"})["result"] == one        # still up, for pyro
+    assert len(hosts_of(path)) == 1
+    c.rdwr(f"{c.base}/ctl", b"tool_unload pyro")
     while hosts_of(path) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert hosts_of(path) == []

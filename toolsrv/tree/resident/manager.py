@@ -2,7 +2,9 @@
 
 A tool whose .meta says `"resident"` is not run per call.  `Residents` keeps, per agent, an
 `Entry` per process key (lines: the tool's name; mcp: the resolved command, so the .meta
-files of one agent that name the same MCP server share one process) and gives each call
+files of one agent that name the same MCP server share one process; python: pyrun.key,
+the tools directory, declared sandbox and interpreter, so an agent's bundled Python tools
+share one interpreter, which ends with the last of them unloaded) and gives each call
 of that tool to the entry's process, starting it first when there is none:
   - start: `Runner.open_resident`, confined as a cold run is, in the session's cwd and
     sandbox; a change of either restarts the process at the next call;
@@ -71,8 +73,9 @@ class Entry(Plain):
         self.stopped = ""               # why the last process ended
         self.timer: asyncio.TimerHandle | None = None
         self.lock = asyncio.Lock()
-        self.users: dict[Any, set[str]] = {}   # lsp: the agents that share it, their tools
-        self.said: set[str] = set()     # python: why calls ran cold, logged once each
+        self.users: dict[Any, set[str]] = {}   # lsp: the agents that share it, their tools;
+        #                                        python: the agent's tools that called it
+        self.said: set[tuple[str, str]] = set()   # python: (tool, why) a call ran cold
 
     def status_line(self) -> str:
         p = self.proc
@@ -93,7 +96,9 @@ def entry_key(tool: Any) -> tuple:
     r = tool.resident
     if r["protocol"] in ("mcp", "lsp"):
         return (r["protocol"], tuple(tool.command.argv))
-    return (r["protocol"], tool.name)      # lines, python
+    if r["protocol"] == "python":       # one interpreter for an agent's tools alike
+        return pyrun.key(tool, list(tool.command.argv), "/")
+    return (r["protocol"], tool.name)      # lines
 
 
 class Residents:
@@ -123,6 +128,8 @@ class Residents:
         if e is None:
             r = tool.resident
             e = d[key] = Entry(key, r["protocol"], r["idle"], agent, tool.name)
+        if e.protocol == "python":
+            e.users.setdefault(agent, set()).add(tool.name)
         return e
 
     def status_line(self, agent: Any, tool: Any) -> str:
@@ -139,9 +146,10 @@ class Residents:
         RAN: its result is set as a cold run's would be, for the caller's outcome(); COLD:
         a resident process cannot run it as a cold run would, so the caller runs it cold."""
         e = self.entry(call.agent, tool)
-        if e.protocol == "python" and tool.read_only and e.lock.locked():
-            return self._cold(e, "its interpreter is busy with another call, and calls of "
-                              "a readOnly tool run side by side")
+        if e.protocol == "python" and e.lock.locked():
+            # a readOnly call is running there (other calls of an agent run one at a time):
+            # a cold run of this one would run beside it, so this one does
+            return self._cold(e, tool.name, "its interpreter is busy with another call")
         async with e.lock:
             if call.kill.is_set():
                 _cancelled(call)
@@ -161,13 +169,19 @@ class Residents:
 
     async def _call(self, call: Any, e: Entry, tool: Any, req: RunRequest) -> str | None:
         timeout = req.timeout or req.profile.timeout or self.runner.config.timeout
-        if e.protocol == "python" and (req.elevated or req.extra_fds):
-            return self._cold(e, "an elevated call runs outside the sandbox" if req.elevated
-                              else "a call given its own toolsrv connection")
+        job: tuple = ()
+        if e.protocol == "python":
+            if req.elevated or req.extra_fds:
+                return self._cold(e, tool.name, "an elevated call runs outside the sandbox"
+                                  if req.elevated else "a call given its own toolsrv connection")
+            try:
+                job = pyrun.job(tool, req.argv, req.cwd)
+            except pyrun.Cold as why:
+                return self._cold(e, tool.name, str(why))
         if req.elevated:
             _fail(call, "refused", "elevation: not for resident tools (not implemented)")
             return None
-        where = (req.cwd, req.profile.name, tuple(req.argv))
+        where = (req.cwd, req.profile.name, e.key if job else tuple(req.argv))
         if e.protocol == "lsp":          # a profile the tool names (lsp) replaces the
             where += (call.agent.session.sandbox,)    # session's; its change restarts too
         if e.proc is not None and (not e.proc.alive or e.where != where):
@@ -179,11 +193,12 @@ class Residents:
                 if not await self._start(call, e, tool, req, where, timeout):
                     return None
             except pyrun.Cold as why:
-                return self._cold(e, str(why))
+                return self._cold(e, tool.name, str(why))
         proc = e.proc
         assert proc is not None
         if e.protocol == "python":
-            return self._ran(call, e, await resident.python_call(proc, req.stdin, timeout,
+            line = pyrun.call_line(job[0], job[1], req.stdin)
+            return self._ran(call, e, await resident.python_call(proc, line, timeout,
                                                                  call.kill), timeout)
         if e.protocol == "mcp":
             rep = await self._mcp_call(e, tool, call, timeout)
@@ -195,11 +210,13 @@ class Residents:
         self._outcome(call, e, rep)
         return None
 
-    def _cold(self, e: Entry, why: str) -> str:
-        """A call of a python resident that runs cold instead: the log says why, once."""
-        if why not in e.said:
-            e.said.add(why)
-            self._note(e, f"runs cold: {why}")
+    def _cold(self, e: Entry, name: str, why: str) -> str:
+        """A call of tool `name`, a python resident, that runs cold instead: the log says
+        why, once for each tool and reason."""
+        if (name, why) not in e.said:
+            e.said.add((name, why))
+            if e.agent is not None:
+                e.agent.note(f"resident {name} -> runs cold: {why}")
         return COLD
 
     def _ran(self, call: Any, e: Entry, rep: resident.Reply, timeout: float) -> str | None:
@@ -229,7 +246,7 @@ class Residents:
         start = RunRequest(argv=argv, stdin=b"", cwd=req.cwd, env=req.env,
                            profile=req.profile, tool_dir=req.tool_dir, context=req.context)
         cfg = self.runner.config
-        host = pyrun.host_argv(cfg.stdout_cap, cfg.stderr_cap, tool.resident, req.tool_dir) \
+        host = pyrun.host_argv(cfg.stdout_cap, cfg.stderr_cap, tool) \
             if e.protocol == "python" else None
         handle, refusal = await self.runner.open_resident(start, host)
         if handle is None:
@@ -386,6 +403,11 @@ class Residents:
                                 t.name)
             elif t is not None and getattr(t, "resident", None):
                 e = d.get(entry_key(t))
+                if e is not None and e.protocol == "python" and why != "cancelled":
+                    names = e.users.get(agent, set())
+                    names.discard(t.name)
+                    if names:              # the agent's other tools still use it
+                        continue
                 if e is not None and e.proc is not None:   # a call in flight to an MCP
                     self._end(e, why, mcp_grace=e.lock.locked())   # server: told first
 

@@ -22,8 +22,8 @@
 # object, EOF, the process ending, a reply over the cap, the timeout, a kill) is a failure:
 # the caller kills the process, and its next call gets a fresh one.
 # The python protocol (`python_call`, tree/resident/pyhost.py on the other end) sends the
-# bytes a cold run reads on stdin, as one JSON string, and reads back the run a cold start
-# would have made: {"exit": N, "stdout": S, "stderr": S[, "truncated": "stdout"|"stderr"]}.
+# script, its argv and the bytes a cold run reads on stdin, as one line of JSON, and reads
+# back the run a cold start would have made: {"exit": N, "stdout": S, "stderr": S[, "truncated": "stdout"|"stderr"]}.
 from __future__ import annotations
 
 import asyncio
@@ -390,14 +390,14 @@ async def lines_call(proc: Process, line: bytes, timeout: float,
 SE = "surrogateescape"    # pyhost.py's strings carry bytes that are not UTF-8 this way
 
 
-async def python_call(proc: Process, stdin: bytes, timeout: float,
+async def python_call(proc: Process, line: bytes, timeout: float,
                       kill: asyncio.Event | None = None) -> Reply:
-    """One call of the python protocol; see the module's header."""
+    """One call of the python protocol (`line`: pyrun.call_line's); see the header."""
     extra = proc.leftover()
     if extra:
         return Reply(failure=f"output between calls: {quote(extra)}")
     try:
-        proc.send(json.dumps(stdin.decode("utf-8", SE)).encode() + b"\n")
+        proc.send(line)
     except Ended as e:
         return Reply(failure=str(e))
     raw, rep = await answer(proc, timeout, kill, proc.line)

@@ -1,20 +1,22 @@
-# toolsrv/tree/resident/pyhost.py — one interpreter kept per agent and tool that runs a one-shot
-# Python tool for each call as a cold start would (resident protocol "python", issue 33).
+# toolsrv/tree/resident/pyhost.py — one interpreter kept per agent that runs its one-shot Python
+# tools for each call as a cold start would (resident protocol "python", issue 33).
 #
-# Theory of operation.  This file runs in the tool's sandbox, in the tool's own interpreter,
-# given as source: `PYTHON -c SOURCE CAP_OUT CAP_ERR SCRIPT ARGV...` (no file of toolsrv
-# needs a grant, nothing of toolsrv need be importable; the flags are a cold start's: none).
-# It keeps the pipes to toolsrv on private descriptors (close-on-exec) and, for each line
-# toolsrv sends (a JSON string: the bytes a cold run reads on stdin), runs SCRIPT as
-# `PYTHON SCRIPT ARGV...` would:
+# Theory of operation.  This file runs in the tools' sandbox, in their own interpreter,
+# given as source: `PYTHON -c SOURCE CAP_OUT CAP_ERR TOOLS_DIR` (no file of toolsrv needs
+# a grant, nothing of toolsrv need be importable; the flags are a cold start's: none).  It
+# serves the one-shot Python tools of one agent that share that directory and sandbox
+# (tree/resident/pyrun.py).  It keeps the pipes to toolsrv on private descriptors
+# (close-on-exec) and, for each line toolsrv sends ({"script", "argv", "stdin"}: the bytes
+# a cold run reads on stdin), runs SCRIPT as `PYTHON SCRIPT ARGV...` would:
 #   - descriptor 0 is a pipe that holds those bytes and ends; 1 and 2 are memory files of
 #     this call, so what the script, or a child it starts, writes to them lands in order,
 #     as it would in a cold run's pipes (they differ from pipes only in that they can seek);
 #     sys.stdin, sys.stdout and sys.stderr are opened on them with
 #     the encoding, errors and buffering the interpreter gave the real ones;
 #   - a new module __main__ (fresh globals, so nothing of one call is seen by the next),
-#     sys.argv as written, sys.path[0] the script's directory; the code is compiled once and
-#     again when the file's mtime, size or inode change (the file is read here, confined);
+#     sys.argv as written, sys.path[0] the script's directory; each script's code is
+#     compiled once and again when the file's mtime, size or inode change (the file is
+#     read here, confined);
 #   - SystemExit and an uncaught exception end the call as they end the interpreter (the
 #     traceback on stderr, status 1);
 #   - afterwards the process is put back: the environment, cwd, umask, sys.path, sys.argv,
@@ -217,6 +219,7 @@ def run(script, argv, data, saved, real):
         main.__cached__ = None
         sys.modules["__main__"] = main
         sys.argv[:] = argv
+        sys.path[0] = os.path.dirname(os.path.realpath(script.path))  # as `PYTHON SCRIPT`
         real_exit, os._exit = os._exit, _exit_for(os.getpid(), os._exit)
         try:
             exec(code, main.__dict__)
@@ -240,19 +243,25 @@ def run(script, argv, data, saved, real):
 
 
 def main():
-    cap_out, cap_err, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    argv = sys.argv[4:]
+    cap_out, cap_err, tools = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     ctl_in = os.fdopen(os.dup(0), "rb")
     ctl_out = os.dup(1)
     real = (sys.stdin, sys.stdout, sys.stderr)
     del sys.argv[1:]
-    sys.path[0] = os.path.dirname(os.path.realpath(path))   # as for `PYTHON SCRIPT`
-    script = Script(path)
+    sys.path[0] = os.path.realpath(tools)      # never '' (the cwd) for the host's own imports
+    scripts = {}
     null = os.open(os.devnull, os.O_RDWR)
     saved = Saved()
     for line in ctl_in:
-        data = json.loads(line).encode("utf-8", "surrogateescape")
-        status = run(script, argv, data, saved, real)
+        msg = json.loads(line)
+        path = msg["script"]
+        script = scripts.get(path)
+        if script is None:
+            if len(scripts) >= 64:
+                scripts.clear()
+            script = scripts[path] = Script(path)
+        data = msg["stdin"].encode("utf-8", "surrogateescape")
+        status = run(script, msg["argv"], data, saved, real)
         results = []
         for fd, cap in ((1, cap_out), (2, cap_err)):
             results.append(read_back(os.dup(fd), cap))
