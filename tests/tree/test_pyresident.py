@@ -47,6 +47,11 @@ elif op == "big":
     sys.stdout.write("x" * a["n"])
 elif op == "sleep":
     time.sleep(a["t"])
+elif op == "wait":       # until the test says go (a file in the cwd), at most 2.5 s
+    until = time.monotonic() + 2.5
+    while not os.path.exists("go") and time.monotonic() < until:
+        time.sleep(0.01)
+    print("went" if os.path.exists("go") else "no go")
 elif op == "pid":       # the process: its pid is of a namespace of its own, its TMPDIR its own
     print(os.environ["TMPDIR"], os.getuid())
 elif op == "_exit":      # without flushing: what was printed unflushed is lost, as cold
@@ -256,15 +261,19 @@ def test_read_only_calls_still_run_side_by_side(c):
     interpreter busy runs cold beside it (and the log says so once)."""
     import threading
     call(c, "pyro", {"op": "pid"})                    # the interpreter is up
-    slow = threading.Thread(target=lambda: call(c, "pyro", {"op": "sleep", "t": 2}))
+    got: list = []
+    slow = threading.Thread(target=lambda: got.append(call(c, "pyro", {"op": "wait"})))
     slow.start()
     deadline = time.monotonic() + 20
     while "running" not in c.read(f"{c.base}/tools/pyro/status").decode() \
             and time.monotonic() < deadline:
         time.sleep(0.01)
-    r = c.rdwr(f"{c.base}/tools/pyro/call", b'{"op": "pid"}')   # while the sleep runs
+    r = c.rdwr(f"{c.base}/tools/pyro/call", b'{"op": "pid"}')   # while the first waits
     log = c.read(f"{c.base}/log").decode()
+    cwd = c.read(f"session/{c.base.split('/')[1]}/cwd").decode().strip()
+    open(os.path.join(cwd, "go"), "w").close()        # now the first may end
     slow.join()
+    assert got[0]["result"] == b"went\n"            # it was still running: side by side
     assert r.split()[1] == call(c, "pyro", {"op": "pid"})["result"].split()[1]   # its uid
     assert "\nresident up " in c.read(f"{c.base}/tools/pyro/status").decode()
     assert log.count("resident pyro -> runs cold: its interpreter is busy") == 1, log
