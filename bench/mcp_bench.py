@@ -51,42 +51,37 @@ def build_server(tool_path: str) -> Any:
             raise RuntimeError(f"exit {proc.returncode}: {err.decode()[-200:]}")
         return out.decode()
 
-    code = compile(open(os.path.join(REPO, "toolsrv", "data", "tools", "file_read"), encoding="utf-8").read(),
-                   "file_read", "exec")
+    def in_process(name: str, argv: list[str]) -> Any:
+        """The bundled script `name` run in this process on the args: its stdout."""
+        import io
+        code = compile(open(os.path.join(REPO, "toolsrv", "data", "tools", name),
+                            encoding="utf-8").read(), name, "exec")
+
+        def run(args: dict) -> str:
+            saved = sys.stdin, sys.stdout, sys.argv
+            sys.stdin, sys.stdout = io.StringIO(json.dumps(args)), io.StringIO()
+            sys.argv = list(argv)
+            try:
+                exec(code, {"__name__": "__main__"})
+            except SystemExit:
+                pass
+            finally:
+                out = sys.stdout.getvalue()
+                sys.stdin, sys.stdout, sys.argv = saved
+            return out
+        return run
+    read, grep = in_process("file_read", ["file_read"]), in_process("file_grep.py",
+                                                                    ["file_grep.py"])
 
     @srv.tool()
     def file_read(args: dict) -> str:
         """The bundled file_read, run in process (no subprocess, no sandbox)."""
-        import io
-        saved = sys.stdin, sys.stdout
-        sys.stdin, sys.stdout = io.StringIO(json.dumps(args)), io.StringIO()
-        try:
-            exec(code, {"__name__": "__main__"})
-        except SystemExit:
-            pass
-        finally:
-            out = sys.stdout.getvalue()
-            sys.stdin, sys.stdout = saved
-        return out
-
-    grep_code = compile(open(os.path.join(REPO, "toolsrv", "data", "tools", "file_grep.py"),
-                             encoding="utf-8").read(), "file_grep.py", "exec")
+        return read(args)
 
     @srv.tool()
     def file_grep(args: dict) -> str:
         """The bundled file_grep's pure-Python engine, run in process (no sandbox)."""
-        import io
-        saved = sys.stdin, sys.stdout, sys.argv
-        sys.stdin, sys.stdout = io.StringIO(json.dumps(args)), io.StringIO()
-        sys.argv = ["file_grep.py"]
-        try:
-            exec(grep_code, {"__name__": "__main__"})
-        except SystemExit:
-            pass
-        finally:
-            out = sys.stdout.getvalue()
-            sys.stdin, sys.stdout, sys.argv = saved
-        return out
+        return grep(args)
 
     return srv
 

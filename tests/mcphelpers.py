@@ -188,6 +188,20 @@ def raw_rpc(proc: subprocess.Popen, msg: dict[str, Any]) -> None:
     proc.stdin.flush()
 
 
+RAW_INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "raw", "version": "0"}}}
+
+
+def raw_initialize(proc: subprocess.Popen) -> dict[str, Any]:
+    """The handshake in raw JSON-RPC (id 1, then notifications/initialized): the result."""
+    raw_rpc(proc, RAW_INIT)
+    r = raw_reply(proc, 1)
+    assert "result" in r, r
+    raw_rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return r["result"]
+
+
 def raw_reply(proc: subprocess.Popen, want_id: int) -> dict[str, Any]:
     """The JSON-RPC response with id want_id (notifications in between skipped)."""
     assert proc.stdout is not None

@@ -24,7 +24,8 @@ pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'to
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
 from apphelpers import AppThread, add_tool, tools_dir  # noqa: E402
-from mcphelpers import FACE, Notes, env, face_tools, raw_reply, raw_rpc, stdio_face, text  # noqa: E402
+from mcphelpers import (FACE, Notes, env, face_tools, raw_initialize, raw_reply,  # noqa: E402
+                        raw_rpc, stdio_face, text)
 from serverhelpers import stop_clean, wait_for  # noqa: E402
 from toolsrv.cli.client import Client  # noqa: E402
 
@@ -118,11 +119,7 @@ def test_args_not_an_object_is_an_mcp_error_and_the_server_serves_on(server):
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env(),
                          cwd=tempfile.gettempdir())
     try:
-        raw_rpc(p, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"}}})
-        assert "result" in raw_reply(p, 1)
-        raw_rpc(p, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        raw_initialize(p)
         for i, (bad, what) in enumerate((([1, 2], "an array"), ("text", "a string"),
                                          (7, "a number")), start=2):
             raw_rpc(p, {"jsonrpc": "2.0", "id": i, "method": "tools/call",

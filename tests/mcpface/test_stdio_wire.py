@@ -15,12 +15,9 @@ import pytest
 
 pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'toolsrv[mcp]')")
 
-from mcphelpers import FACE, env, raw_reply, raw_rpc  # noqa: E402
+from mcphelpers import FACE, RAW_INIT, env, raw_initialize, raw_reply, raw_rpc  # noqa: E402
 from toolsrv.mcp.stdio import LinesIn  # noqa: E402
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw",
-                                                                        "version": "0"}}}
 
 
 def test_lines_are_whole_however_the_bytes_arrive():
@@ -49,9 +46,7 @@ def face(server, stdin):
 def test_a_large_message_through_the_pipes(server):
     p = face(server, subprocess.PIPE)
     try:
-        raw_rpc(p, INIT)
-        assert "result" in raw_reply(p, 1)
-        raw_rpc(p, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        raw_initialize(p)
         big = "é" * 300_000                  # 600 KB of UTF-8: many pipe buffers each way
         raw_rpc(p, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                     "params": {"name": "echo", "arguments": {"big": big}}})
@@ -72,11 +67,9 @@ def test_fd_0_and_1_point_away_from_the_wire_while_it_serves(server, tmp_path):
                          stdout=subprocess.PIPE, stderr=err, env=env(),
                          cwd=tempfile.gettempdir())
     try:
-        raw_rpc(p, INIT)
-        assert "result" in raw_reply(p, 1)
+        raw_initialize(p)
         fds = {n: os.readlink(f"/proc/{p.pid}/fd/{n}") for n in (0, 1, 2)}
         assert fds[0] == "/dev/null" and fds[1] == fds[2] == str(tmp_path / "stderr"), fds
-        raw_rpc(p, {"jsonrpc": "2.0", "method": "notifications/initialized"})
         raw_rpc(p, {"jsonrpc": "2.0", "id": 3, "method": "tools/list"})
         assert "tools" in raw_reply(p, 3)["result"]
     finally:
@@ -90,7 +83,7 @@ def test_a_file_as_stdin_falls_back_to_the_sdks_transport(server, tmp_path):
     """The loop cannot watch a regular file: the SDK's own transport reads it, and the face
     answers (what follows end of file is the SDK's: calls still open are closed)."""
     requests = tmp_path / "requests.jsonl"
-    requests.write_text(json.dumps(INIT) + "\n")
+    requests.write_text(json.dumps(RAW_INIT) + "\n")
     with open(requests, "rb") as f:
         p = face(server, f)
         try:

@@ -358,23 +358,32 @@ async def answer(proc: Process, timeout: float, kill: asyncio.Event | None,
     return value, rep
 
 
+async def exchange(proc: Process, line: bytes, timeout: float,
+                   kill: asyncio.Event | None) -> tuple[Any, bytes | None, Reply]:
+    """Send one request line and read the reply line: (its JSON or None when it is not
+    JSON, the raw line or None when the call failed or ended, the Reply so far)."""
+    extra = proc.leftover()
+    if extra:
+        return None, None, Reply(failure=f"output between calls: {quote(extra)}")
+    try:
+        proc.send(line)
+    except Ended as e:
+        return None, None, Reply(failure=str(e))
+    raw, rep = await answer(proc, timeout, kill, proc.line)
+    if raw is None:
+        return None, None, rep
+    try:
+        return json.loads(raw), raw, rep
+    except ValueError:
+        return None, raw, rep
+
+
 async def lines_call(proc: Process, line: bytes, timeout: float,
                      kill: asyncio.Event | None = None) -> Reply:
     """One call of the lines protocol; see the module's header."""
-    extra = proc.leftover()
-    if extra:
-        return Reply(failure=f"output between calls: {quote(extra)}")
-    try:
-        proc.send(line + b"\n")
-    except Ended as e:
-        return Reply(failure=str(e))
-    raw, rep = await answer(proc, timeout, kill, proc.line)
+    msg, raw, rep = await exchange(proc, line + b"\n", timeout, kill)
     if raw is None:
         return rep
-    try:
-        msg = json.loads(raw)
-    except ValueError:
-        msg = None
     if isinstance(msg, dict) and len(msg) == 1 and isinstance(msg.get("output"), str):
         rep.output = msg["output"]
     elif isinstance(msg, dict) and len(msg) == 1 and isinstance(msg.get("error"), str):
@@ -393,20 +402,9 @@ SE = "surrogateescape"    # pyhost.py's strings carry bytes that are not UTF-8 t
 async def python_call(proc: Process, line: bytes, timeout: float,
                       kill: asyncio.Event | None = None) -> Reply:
     """One call of the python protocol (`line`: pyrun.call_line's); see the header."""
-    extra = proc.leftover()
-    if extra:
-        return Reply(failure=f"output between calls: {quote(extra)}")
-    try:
-        proc.send(line)
-    except Ended as e:
-        return Reply(failure=str(e))
-    raw, rep = await answer(proc, timeout, kill, proc.line)
+    msg, raw, rep = await exchange(proc, line, timeout, kill)
     if raw is None:
         return rep
-    try:
-        msg = json.loads(raw)
-    except ValueError:
-        msg = None
     if not (isinstance(msg, dict) and type(msg.get("exit")) is int
             and isinstance(msg.get("stdout"), str) and isinstance(msg.get("stderr"), str)
             and msg.get("truncated") in (None, "stdout", "stderr")):
