@@ -97,7 +97,7 @@ def entry_key(tool: Any) -> tuple:
     if r["protocol"] in ("mcp", "lsp"):
         return (r["protocol"], tuple(tool.command.argv))
     if r["protocol"] == "python":       # one interpreter for an agent's tools alike
-        return pyrun.key(tool, list(tool.command.argv), "/")
+        return pyrun.tool_key(tool)
     return (r["protocol"], tool.name)      # lines
 
 
@@ -113,8 +113,8 @@ class Residents:
     def entries(self, agent: Any) -> dict[tuple, Entry]:
         return agent.extra.setdefault("resident", {})
 
-    def entry(self, agent: Any, tool: Any) -> Entry:
-        key = entry_key(tool)
+    def entry(self, agent: Any, tool: Any, key: tuple | None = None) -> Entry:
+        key = key or entry_key(tool)
         if key[0] == "lsp":
             e = self.shared.get((agent.session, key))
             if e is None:
@@ -145,7 +145,19 @@ class Residents:
         """Run `call` on its resident process.  None: its result, state and reason are set;
         RAN: its result is set as a cold run's would be, for the caller's outcome(); COLD:
         a resident process cannot run it as a cold run would, so the caller runs it cold."""
-        e = self.entry(call.agent, tool)
+        if tool.resident["protocol"] != "python":
+            e, job = self.entry(call.agent, tool), ()
+        else:               # the call's script, once: it also says which interpreter
+            try:
+                job, why = pyrun.job(tool, req.argv, req.cwd), ""
+            except pyrun.Cold as err:
+                job, why = (), str(err)
+            e = self.entry(call.agent, tool, pyrun.key(tool, job[2] if job else None))
+            if req.elevated or req.extra_fds:
+                return self._cold(e, tool.name, "an elevated call runs outside the sandbox"
+                                  if req.elevated else "a call given its own toolsrv connection")
+            if why:
+                return self._cold(e, tool.name, why)
         if e.protocol == "python" and e.lock.locked():
             # a readOnly call is running there (other calls of an agent run one at a time):
             # a cold run of this one would run beside it, so this one does
@@ -158,7 +170,7 @@ class Residents:
                 e.timer.cancel()
                 e.timer = None
             try:
-                return await self._call(call, e, tool, req)
+                return await self._call(call, e, tool, req, job)
             except asyncio.CancelledError:     # shutdown, or a stop of a waiting call
                 self._end(e, "cancelled")
                 raise
@@ -167,17 +179,10 @@ class Residents:
                     loop = asyncio.get_running_loop()
                     e.timer = loop.call_later(e.idle, self._idle, e)
 
-    async def _call(self, call: Any, e: Entry, tool: Any, req: RunRequest) -> str | None:
+    async def _call(self, call: Any, e: Entry, tool: Any, req: RunRequest, job: tuple
+                    ) -> str | None:
+        """The call on the entry's process (`job`: a python call's script, argv, interp)."""
         timeout = req.timeout or req.profile.timeout or self.runner.config.timeout
-        job: tuple = ()
-        if e.protocol == "python":
-            if req.elevated or req.extra_fds:
-                return self._cold(e, tool.name, "an elevated call runs outside the sandbox"
-                                  if req.elevated else "a call given its own toolsrv connection")
-            try:
-                job = pyrun.job(tool, req.argv, req.cwd)
-            except pyrun.Cold as why:
-                return self._cold(e, tool.name, str(why))
         if req.elevated:
             _fail(call, "refused", "elevation: not for resident tools (not implemented)")
             return None

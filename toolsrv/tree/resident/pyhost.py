@@ -43,16 +43,13 @@ SIGNALS = [s for s in ("SIGINT", "SIGTERM", "SIGPIPE", "SIGCHLD", "SIGALRM", "SI
                        "SIGUSR1", "SIGUSR2") if hasattr(signal, s)]
 
 
-def memfile(data=b""):
+def memfile():
+    """An empty file of memory, for a call's stdout or stderr."""
     try:
-        fd = os.memfd_create("toolsrv-call", 0)
+        return os.memfd_create("toolsrv-call", 0)
     except (AttributeError, OSError):
         import tempfile
-        fd = os.dup(tempfile.TemporaryFile().fileno())
-    if data:
-        os.write(fd, data)
-        os.lseek(fd, 0, os.SEEK_SET)
-    return fd
+        return os.dup(tempfile.TemporaryFile().fileno())
 
 
 def stdin_pipe(data):
@@ -200,8 +197,8 @@ def settle(before):
     signal.alarm(0)
 
 
-def run(script, argv, data, saved, real):
-    """One call: (status, stdout bytes, stderr bytes) with their truncation."""
+def run(script, argv, data, real):
+    """One call, its output left in descriptors 1 and 2: its exit status."""
     before = set(threading.enumerate())
     fds = [stdin_pipe(data), memfile(), memfile()]
     for i, fd in enumerate(fds):
@@ -261,7 +258,7 @@ def main():
                 scripts.clear()
             script = scripts[path] = Script(path)
         data = msg["stdin"].encode("utf-8", "surrogateescape")
-        status = run(script, msg["argv"], data, saved, real)
+        status = run(script, msg["argv"], data, real)
         results = []
         for fd, cap in ((1, cap_out), (2, cap_err)):
             results.append(read_back(os.dup(fd), cap))

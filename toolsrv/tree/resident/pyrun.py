@@ -57,15 +57,22 @@ def job(tool: Any, argv: list[str], cwd: str) -> tuple[str, list[str], str]:
     return plan.script, plan.argv, plan.argv0
 
 
-def key(tool: Any, argv: list[str], cwd: str) -> tuple:
+def key(tool: Any, interp: str | None) -> tuple:
     """The interpreter an agent's call of `tool` goes to: one per tools directory,
-    declared sandbox and interpreter as written; a tool it cannot host keys alone."""
-    declared = (getattr(tool, "extra", None) or {}).get("sandbox")
-    try:
-        interp = job(tool, argv, cwd)[2]
-    except Cold:
+    declared sandbox and interpreter as written (`interp`, job's third); a tool it cannot
+    host (interp None) keys alone."""
+    if interp is None:
         return ("python", tool.name)
+    declared = (getattr(tool, "extra", None) or {}).get("sandbox")
     return ("python", tool.dir, declared if isinstance(declared, str) else None, interp)
+
+
+def tool_key(tool: Any) -> tuple:
+    """key() of a tool outside a call (its status line, its unload)."""
+    try:
+        return key(tool, job(tool, list(tool.command.argv), "/")[2])
+    except Cold:
+        return key(tool, None)
 
 
 def host_argv(out_cap: int, err_cap: int, tool: Any
