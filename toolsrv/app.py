@@ -242,7 +242,8 @@ class App:
         self.store.start_writer()      # state saves from now on off the event loop, grouped
         self.searcher = self._make_searcher()
         self.fs = ToolsrvFS(self.registry, self.store, revwait_timeout=opts.revwait_timeout,
-                            status=getattr(self.runner, "status_text", None),
+                            status=self._status_text if hasattr(self.runner, "status_text")
+                            else None,
                             searcher=self.searcher)
         self._start_calls()
         self._start_hosts(specs, state)
@@ -326,6 +327,13 @@ class App:
     def _check_profile(self, name: str) -> None:
         from .run.sandbox import load_profile
         load_profile(name)
+
+    def _status_text(self) -> str:
+        """/status: the runner's figures, then the resident processes."""
+        text = self.runner.status_text()
+        if self.calls is not None:
+            text += self.calls.sched.residents.status_text()
+        return text
 
     def _start_calls(self) -> None:
         from .tree.agent import AgentFiles

@@ -242,6 +242,7 @@ def test_an_agents_tools_share_one_interpreter_until_the_last_is_unloaded(c, srv
     one = call(c, "pyres", {"op": "pid"})["result"]
     assert call(c, "pyro", {"op": "pid"})["result"] == one        # the same TMPDIR: process
     assert len(hosts_of(path)) == 1
+    assert "residents: 1 up (1 python)\n" in c.read("status").decode()   # /status says so
     c.rdwr(f"{c.base}/ctl", b"tool_unload pyres")
     assert call(c, "pyro", {"op": "pid"})["result"] == one        # still up, for pyro
     assert len(hosts_of(path)) == 1

@@ -140,6 +140,15 @@ class Residents:
             self.entries(agent).get(key)
         return e.status_line() if e is not None else ""
 
+    def status_text(self) -> str:
+        """The server's /status line of resident processes: how many are up, by protocol."""
+        up: dict[str, int] = {}
+        for e in self.live:
+            if e.proc is not None and e.proc.alive:
+                up[e.protocol] = up.get(e.protocol, 0) + 1
+        kinds = ", ".join(f"{n} {p}" for p, n in sorted(up.items()))
+        return f"residents: {sum(up.values())} up" + (f" ({kinds})" if kinds else "") + "\n"
+
     # -- a call --
     async def run(self, call: Any, tool: Any, req: RunRequest) -> str | None:
         """Run `call` on its resident process.  None: its result, state and reason are set;
