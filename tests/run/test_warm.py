@@ -403,6 +403,24 @@ def test_the_end_flushes_what_a_cold_end_flushes(hc: Harness, hw: Harness) -> No
     assert warm.stdout == cold.stdout == b"no newline thread del ", (cold, warm)
 
 
+@pytest.mark.parametrize("body, out", [
+    # a pool's worker finishes its job at exit (threading._register_atexit), as cold
+    ("import concurrent.futures as cf, sys, time\n"
+     "cf.ThreadPoolExecutor(1).submit(lambda: (time.sleep(0.2), sys.stdout.write('job ')))\n"
+     "sys.stdout.write('main ')\n", b"main job "),
+    # no thread at all: the exit skips threading's shutdown, and loses nothing
+    ("import sys, threading\nsys.stdout.write(threading.current_thread().name)\n",
+     b"MainThread"),
+    # a thread that ended before the exit
+    ("import sys, threading\nt = threading.Thread(target=lambda: sys.stdout.write('t '))\n"
+     "t.start(); t.join()\nsys.stdout.write('end')\n", b"t end"),
+])
+def test_threads_and_pools_end_as_in_a_cold_start(hc: Harness, hw: Harness, body: str,
+                                                  out: bytes) -> None:
+    cold, warm = both(hc, hw, body)
+    assert warm.stdout == cold.stdout == out, (cold, warm)
+
+
 def test_a_changed_script_runs_as_changed(hw: Harness) -> None:
     """The server compiles a tool's own script once per change (run/ownscript.py); the
     child uses that only for the very bytes it read itself."""

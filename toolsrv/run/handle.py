@@ -15,30 +15,38 @@ import signal
 import socket
 from collections.abc import Callable
 
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
 
 class Spare:
     """An init waiting for a run: its socket and a pidfd on it; `kind` is the warm key of
     a warm init (toolsrv/run/init/warm.py), None for a cold one."""
 
-    __slots__ = ("sock", "pidfd", "known", "kind", "rss")
+    __slots__ = ("sock", "pidfd", "known", "kind", "rss", "measured", "_pid")
 
     def __init__(self, sock: socket.socket, pidfd: int) -> None:
         self.sock, self.pidfd = sock, pidfd
         self.known: set[int] = set()  # the fixed path lists it has been sent
         self.kind: str | None = None
         self.rss = 0  # bytes, as it went idle (a warm init: the launcher's memory bound)
+        self.measured = float("-inf")  # when rss was read (the loop's clock)
+        self._pid: int | None = None
 
-    def measure(self) -> int:
-        """Its resident memory now, in bytes (0 when it cannot be read)."""
-        pid = self.pid()
+    def measure(self, now: float, every: float) -> int:
+        """Its resident memory, in bytes, read again if `every` seconds have passed since
+        the last reading (0 when it cannot be read).  A warm init does not grow between
+        calls (each runs in a child it forks), so one reading a second bounds it as well
+        as one per call, at a system call instead of three and /proc/PID/status."""
+        if now - self.measured < every:
+            return self.rss
+        self.measured = now
+        if self._pid is None:
+            self._pid = self.pid()  # a pidfd's process keeps its pid while it lives
         try:
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
-        except (OSError, ValueError):
-            pass
-        return 0
+            with open(f"/proc/{self._pid}/statm", "rb") as f:
+                return int(f.read().split()[1]) * PAGE
+        except (OSError, ValueError, IndexError):
+            return 0
 
     def pid(self) -> int | None:
         """The init's pid (in our namespace), from its pidfd."""

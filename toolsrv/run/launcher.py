@@ -62,6 +62,7 @@ MAX_IDLE = 64  # idle inits kept at most
 IDLE_TRIM = 2.0  # seconds without a spawn: idle inits beyond SPARE_INITS are let go
 WARM_KEEP = 2  # warm inits kept per interpreter once IDLE_TRIM has passed without a spawn
 WARM_IDLE = 60.0  # seconds without a call of its kind: a kind's warm inits are let go
+RSS_EVERY = 1.0  # seconds: an idle warm init's RSS is read again at most this often
 CLOSE_GROUPS = 10.0  # seconds close() waits for the run groups to empty and go
 # the checkout that holds the toolsrv package: toolsrv/run/launcher.py, three levels down
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
@@ -383,7 +384,7 @@ class Launcher:
                 init.close()
                 return
             pool.append(init)
-            init.rss = init.measure()
+            init.rss = init.measure(asyncio.get_running_loop().time(), RSS_EVERY)
             self._bound_warm()
             if len(pool) > WARM_KEEP and self._trim is None:
                 self._trim = asyncio.get_running_loop().call_later(IDLE_TRIM, self._trim_idle)

@@ -43,6 +43,7 @@ import os
 import resource
 import signal
 import socket
+import stat
 import sys
 
 from toolsrv.run.kernel import landlock
@@ -110,6 +111,7 @@ _r.exit(None)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _DROPPED: list = []  # the modules a call's interpreter no longer lists
+_PREMADE: list = []  # sys.std* made ahead on pipes, and what their fds were (_premade)
 
 
 def bundle() -> bytes:
@@ -156,7 +158,7 @@ class Run:
         __main__ and the modules it imported: files it left open are flushed and closed),
         collect their cycles, flush the std streams (status 120 if stdout cannot be)."""
         threading = sys.modules.get("threading")
-        if threading is not None:
+        if threading is not None and _threads_to_end(threading):
             threading._shutdown()
         import atexit
         atexit._run_exitfuncs()
@@ -203,6 +205,18 @@ class Run:
         self.finish(1, signal.SIGINT if isinstance(e, KeyboardInterrupt) else None)
 
 
+def _threads_to_end(threading: object) -> bool:
+    """Whether threading._shutdown() has anything to do at this exit: a non-daemon thread
+    to wait for (each started one leaves its lock in _shutdown_locks until a shutdown or
+    a later start sweeps it) or a handler of threading._register_atexit to run.  With
+    neither, it would only mark this, the main thread, stopped, which nothing after
+    os._exit sees; skipping it spares the child the copy of the pages it touches."""
+    try:
+        return bool(threading._shutdown_locks or threading._threading_atexits)  # type: ignore[attr-defined]
+    except AttributeError:  # another threading than 3.9-3.12's: let it do its shutdown
+        return True
+
+
 def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
     """The init's loop; returns only in a forked child, confined, ready to run a script."""
     sock = socket.socket(fileno=sock_fd)
@@ -218,6 +232,7 @@ def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
     # imports one gets a fresh one, as a cold start would), and sys.path is the pristine.
     _DROPPED.extend(sys.modules.pop(n) for n in [n for n in sys.modules if n not in keep])
     sys.path[:] = path
+    _PREMADE[:] = _premade()
     gc.freeze()  # what is here now is never traversed by a call's collections
     while True:
         try:
@@ -303,8 +318,9 @@ def _pristine(warm: dict, env: dict, keep: set[str], path: list[str], blob: byte
     sys.orig_argv = list(warm["orig_argv"])
     sys.path[0] = os.path.dirname(os.path.realpath(script))
     _user_site()
+    premade = _PREMADE and _PREMADE[1] == tuple(_fd_kind(fd) for fd in (0, 1, 2))
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
-        stream = _stdio(fd, name, getattr(sys, name))
+        stream = _PREMADE[0][fd] if premade else _stdio(fd, name, getattr(sys, name))
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
     main = type(sys)("__main__")
@@ -340,6 +356,44 @@ def _user_site() -> None:
         first = next((i for i, p in enumerate(sys.path) if p.endswith("-packages")),
                      len(sys.path))
         sys.path.insert(first, user)
+
+
+def _premade() -> list:
+    """[streams, kinds]: sys.std* made once, here, as _stdio makes them on fds 0, 1, 2 that
+    are pipes (a call's are), for each call's child to take unused when its fds 0, 1, 2 are
+    of the same kinds (_fd_kind); [] when they cannot be made.  Made on a pipe of our own
+    moved to 0, 1, 2 for the while (the streams keep only the fd numbers, and what fstat,
+    isatty and lseek said of them), our fds put back after."""
+    r, w = os.pipe2(os.O_CLOEXEC)
+    saved = {}
+    try:
+        for fd in (0, 1, 2):
+            try:
+                saved[fd] = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+            except OSError:
+                saved[fd] = -1
+        for fd, to in ((r, 0), (w, 1), (w, 2)):
+            os.dup2(fd, to, inheritable=False)
+        streams = [_stdio(fd, name, getattr(sys, name))
+                   for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr"))]
+        return [streams, tuple(_fd_kind(fd) for fd in (0, 1, 2))]
+    except OSError:
+        return []
+    finally:
+        for fd, was in saved.items():
+            if was >= 0:
+                os.dup2(was, fd, inheritable=False)
+                os.close(was)
+            else:
+                os.close(fd)
+        os.close(r)
+        os.close(w)
+
+
+def _fd_kind(fd: int) -> tuple[int, int]:
+    """What a std stream made on fd depends on (its type: a tty, seekable; its blksize)."""
+    st = os.fstat(fd)
+    return stat.S_IFMT(st.st_mode), st.st_blksize
 
 
 def _stdio(fd: int, name: str, old: object) -> object:
