@@ -421,6 +421,21 @@ def test_threads_and_pools_end_as_in_a_cold_start(hc: Harness, hw: Harness, body
     assert warm.stdout == cold.stdout == out, (cold, warm)
 
 
+def test_a_module_the_script_imported_is_let_go_at_its_end(hc: Harness, hw: Harness
+                                                          ) -> None:
+    """The modules a call imported leave sys.modules at its end, so what only they hold
+    is finalized as a cold start's end finalizes it; a call that imported none skips
+    the look."""
+    for h in (hc, hw):
+        (h.tools / "held_by_module.py").write_text(
+            "import sys\nclass Bye:\n    def __del__(self):\n"
+            "        sys.stdout.write('module del')\nkept = Bye()\n")
+    cold, warm = both(hc, hw, "import held_by_module\n")
+    assert warm.stdout == cold.stdout == b"module del", (cold, warm)
+    cold, warm = both(hc, hw, "import json\nprint(json.dumps(1))\n")
+    assert warm.stdout == cold.stdout == b"1\n", (cold, warm)
+
+
 def test_a_changed_script_runs_as_changed(hw: Harness) -> None:
     """The server compiles a tool's own script once per change (run/ownscript.py); the
     child uses that only for the very bytes it read itself."""
