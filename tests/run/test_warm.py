@@ -280,6 +280,44 @@ def test_a_warm_interpreter_killed_between_calls_is_replaced(hw: Harness) -> Non
     assert res.warm and not set(_warm_init_pids(hw)) & set(pids)
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+def test_the_next_calls_child_waits_forked_and_a_killed_one_is_replaced(hw: Harness
+                                                                        ) -> None:
+    """A warm init forks each call's child ahead, once the last call is over (its
+    standby); a standby killed while it waits is replaced, and the call still runs warm,
+    in the same init."""
+    path = script(hw, "import os\nprint(os.getppid())\n")
+    assert hw.run([str(path)]).warm
+    [init] = _warm_init_pids(hw)
+    standby: list[int] = []
+    for _ in range(3000):  # the event: the standby forked (after the report), 60 s at most
+        standby = _children(init)
+        if standby:
+            break
+        hw.run_async(asyncio.sleep(0.02))
+    assert len(standby) == 1, standby
+    os.kill(standby[0], signal.SIGKILL)
+    for _ in range(3000):  # the event: it has died (a zombie its init has not reaped)
+        try:
+            with open(f"/proc/{standby[0]}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+        except OSError:
+            break
+        hw.run_async(asyncio.sleep(0.02))
+    for _ in range(3):
+        res = hw.run([str(path)])
+        assert res.warm and res.exit_code == 0 and res.stdout == b"1\n", res
+    assert _warm_init_pids(hw) == [init]
+
+
 def test_a_warm_interpreter_killed_during_a_call(hw: Harness) -> None:
     m = marker()
     path = script(hw, f"import os\nos.execv('/bin/sleep', ['sleep', '{m}'])\n")
@@ -434,6 +472,27 @@ def test_a_module_the_script_imported_is_let_go_at_its_end(hc: Harness, hw: Harn
     assert warm.stdout == cold.stdout == b"module del", (cold, warm)
     cold, warm = both(hc, hw, "import json\nprint(json.dumps(1))\n")
     assert warm.stdout == cold.stdout == b"1\n", (cold, warm)
+
+
+def test_a_linked_script_finds_its_modules_where_it_really_is(hc: Harness,
+                                                               hw: Harness) -> None:
+    """sys.path[0] is the directory of the script's resolved path, as a cold start
+    resolves it (the C library's realpath), and its sibling modules import from there."""
+    out = {}
+    for h in (hc, hw):
+        real = h.tools / f"real{marker()}"
+        real.mkdir()
+        (real / "beside.py").write_text("WHERE = 'beside the real one'\n")
+        target = real / "tool.py"
+        target.write_text("#!/usr/bin/python3\nimport sys, beside\n"
+                          "print(sys.path[0] == sys.argv[1], beside.WHERE)\n")
+        target.chmod(0o755)
+        link = h.tools / f"link{marker()}.py"
+        link.symlink_to(target)
+        res = h.run([str(link), str(real)])
+        out[h is hw] = (res.warm, res.stdout)
+    assert out == {False: (False, b"True beside the real one\n"),
+                   True: (True, b"True beside the real one\n")}, out
 
 
 def test_a_changed_script_runs_as_changed(hw: Harness) -> None:

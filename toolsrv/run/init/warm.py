@@ -10,28 +10,36 @@
 # the cold init filled (so nothing comes from sys.path, and no file of toolsrv need be
 # readable by the tools' uid), and calls serve().
 #
-# serve() is the init's loop: a run arrives on the socket (the same request and fds as a
-# cold run, plus "warm": the script, its argv), in two parts.  The init reads only the
-# first, the profile's (its fixed Landlock paths, by reference), builds that much of the
-# ruleset (RuleCache), and forks; the child reads the call's own part, adds its paths to
-# the ruleset, and the init clears its copy of the packet, so nothing of a call stays in
-# the memory the next call is forked from.  The packet may end with the script's source
-# and the server's compilation of it (same bytecode magic): the child uses that only if
-# the file it reads itself holds those very bytes.  The child confines itself as the cold init's spawning thread confines a tool
+# serve() is the init's loop.  Each call's child is forked ahead of its call, once the
+# last call has ended and nothing of it is left (the standby: it has run the fork and the
+# interpreter's at-fork handlers, and waits on a socketpair of its own), so a call does
+# not wait for a fork.  A run arrives on the socket (the same request and fds as a cold
+# run, plus "warm": the script, its argv), in two parts.  The init reads only the first,
+# the profile's (its fixed Landlock paths, by reference), builds that much of the ruleset
+# (RuleCache), and hands the standby the call's own part straight from its buffer (no
+# copy of it is made here), with the ruleset, an error pipe and the run's fds; the child
+# reads that into its own copy of the buffer and adds the call's paths to the ruleset, and
+# the init clears its buffer, so nothing of a call stays in the memory the next call is
+# forked from.  A standby found dead is replaced at once.  The packet may end with the
+# script's source and the server's compilation of it (same bytecode magic): the child uses
+# that only if the file it reads itself holds those very bytes.  The child confines itself
+# as the cold init's spawning thread confines a tool
 # (setsid, CPU rlimit, cwd, Landlock, seccomp: the uid and netns are the init's already),
 # moves the run's fds to 0, 1, 2, 3... and closes every other, then makes the interpreter
 # look freshly started on the script: os.environ is the call's environment, sys.argv,
 # sys.orig_argv and sys.path[0] are the script's, the user site follows $HOME, every module
 # not loaded before WARMED ended is dropped from sys.modules (ours among them), sys.std* are
-# rebuilt on the new fds as the interpreter builds them, and a new __main__ module is made.
+# the ones made once ahead on pipes (as the interpreter makes them) when the run's fds are
+# pipes too, rebuilt on the new fds otherwise, and a new __main__ module is made.
 # serve() then returns in the child, and BOOT runs the script at its top level; an uncaught
 # exception is printed without BOOT's frame, as a cold start prints it, then exits 1.
 # The parent reaps as the cold init does: every child until the tool has ended, then
 # kill(-1) and reap until none is left, and reports b"S<status>" (or b"E<reason>" when the
-# child could not confine itself).  Each call is a fork of an interpreter that has run no
-# tool code, so nothing of one call reaches the next.
+# child could not confine itself); only then is the next standby forked.  Each call is a
+# fork of an interpreter that has run no tool code, so nothing of one call reaches the next.
 from __future__ import annotations
 
+import array
 import atexit
 import ctypes
 import errno
@@ -111,6 +119,9 @@ _r.exit(None)
 """
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_libc.realpath.restype = ctypes.c_void_p
+_libc.realpath.argtypes = (ctypes.c_char_p, ctypes.c_void_p)
+_libc.free.argtypes = (ctypes.c_void_p,)
 _DROPPED: list = []  # the modules a call's interpreter no longer lists
 _PREMADE: list = []  # sys.std* made ahead on pipes, and what their fds were (_premade)
 
@@ -237,13 +248,19 @@ def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
     sys.path[:] = path
     _PREMADE[:] = _premade()
     gc.freeze()  # what is here now is never traversed by a call's collections
+    standby: tuple[int, socket.socket] | None = None
     while True:
+        if standby is None:  # the next call's child, forked ahead: it waits for its call
+            got = _standby(sock, buf, filt, keep, path)
+            if isinstance(got, Run):
+                return got  # in that child, once its call came
+            standby = got
         try:
             size, fds = recv_into(sock, buf, MAX_FDS)
         except OSError:
             os._exit(0)
         if not size:
-            os._exit(0)  # the server is gone, or let us go
+            os._exit(0)  # the server is gone, or let us go (the standby ends with us)
         # The packet: what every call of a profile shares (its fixed paths, by reference),
         # a newline, then the call's own request (and the script's source and bytecode),
         # which only the child reads: nothing of one call is left here for the next to see.
@@ -260,36 +277,96 @@ def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
             sock.send(b"E" + json.dumps(f"landlock: {why}").encode())
             continue
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
-        if pid == 0:
-            sock.detach()  # closed below with every other fd, never by a finalizer
-            try:
-                os.close(err_r)
-                call_end = buf.find(b"\n", head_end + 1, size)
-                call_end = size if call_end < 0 else call_end
-                msg = json.loads(buf[head_end + 1:call_end])
-                if ruleset >= 0:
-                    fs_mask = landlock.abi_masks(ll["abi"])[0]
-                    for p, a in msg["landlock"]["paths"]:
-                        landlock._add_path(ruleset, p, a & fs_mask)
-                blob = buf[call_end + 1:size] if call_end < size else b""
-                del buf
-                return _become(msg, fds, ruleset, filt, err_w, keep, path, blob)
-            except BaseException as e:  # noqa: BLE001 - reported, then this child ends
-                why = e.strerror if isinstance(e, OSError) and e.strerror else repr(e)
+        # to the standby, straight from buf (no copy of the call is made here): the rules'
+        # ABI, then the call's part of the packet; the error pipe, the ruleset, the run's fds
+        first = b"L%d\n" % ll["abi"] if ruleset >= 0 else b"-\n"
+        give = [err_w, *([ruleset] if ruleset >= 0 else []), *fds]
+        pid, chan = standby
+        standby = None
+        with memoryview(buf) as view:
+            for retry in (False, True):
                 try:
-                    os.write(err_w, json.dumps(str(why)).encode())
-                finally:
-                    os._exit(127)
+                    if os.waitpid(pid, os.WNOHANG)[0] != pid:  # not dead while it waited
+                        chan.sendmsg([first, view[head_end + 1:size]], [(
+                            socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", give))],
+                            socket.MSG_NOSIGNAL)
+                        break
+                except OSError:  # it could not be handed the call: it goes, and is reaped
+                    _end(pid)
+                # it died waiting (killed?): a child forked now takes the call
+                chan.close()
+                got = _standby(sock, buf, filt, keep, path) if not retry else None
+                if isinstance(got, Run):
+                    return got
+                if got is None:
+                    pid = -1
+                    break
+                pid, chan = got
+        chan.close()
         buf[:size] = bytes(size)  # ours is cleared; the child has its copy
-        os.close(err_w)
-        for fd in (*fds, ruleset):
+        for fd in (*fds, ruleset, err_w):
             if fd >= 0:
                 os.close(fd)
-        status = reap_until(pid, True)  # a warm init is always a namespace's pid 1
-        why = os.read(err_r, 65536)
+        status = reap_until(pid, True) if pid > 0 else 0  # always a namespace's pid 1
+        why = os.read(err_r, 65536) if pid > 0 else b'"warm: no child could take the run"'
         os.close(err_r)
         sock.send(b"E" + why if why else b"S%d" % status)
+
+
+def _end(pid: int) -> None:
+    """Kill and reap one child (a standby that could not take its call)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except OSError:  # gone already, and reaped
+        pass
+
+
+def _standby(sock: socket.socket, buf: mmap.mmap, filt: Filter, keep: set[str],
+             path: list[str]) -> Run | tuple[int, socket.socket]:
+    """Fork the next call's child ahead of its call, with a socket to hand it the call:
+    (its pid, our end); in the child, once its call has come, the Run."""
+    ours, its = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        ours.detach()  # both closed with every other fd once it runs, never by a finalizer
+        sock.detach()
+        return _called(its, buf, filt, keep, path)
+    its.close()
+    return pid, ours
+
+
+def _called(chan: socket.socket, buf: mmap.mmap, filt: Filter, keep: set[str],
+            path: list[str]) -> Run:
+    """In a standby child: wait for the call (into our own copy of buf, which the init
+    cleared of the last one before forking us), then become it."""
+    try:
+        size, fds = recv_into(chan, buf, MAX_FDS + 2)
+    except OSError:
+        os._exit(0)
+    chan.detach()  # closed with every other fd in _become, never by a finalizer
+    if not size or not fds:
+        os._exit(0)  # the init let us go
+    err_w = fds[0]
+    try:
+        first = buf.find(b"\n", 0, size)
+        abi = buf[:first]
+        ruleset, run = (fds[1], fds[2:]) if abi[:1] == b"L" else (-1, fds[1:])
+        call_end = buf.find(b"\n", first + 1, size)
+        call_end = size if call_end < 0 else call_end
+        msg = json.loads(buf[first + 1:call_end])
+        if ruleset >= 0:
+            fs_mask = landlock.abi_masks(int(abi[1:]))[0]
+            for p, a in msg["landlock"]["paths"]:
+                landlock._add_path(ruleset, p, a & fs_mask)
+        blob = buf[call_end + 1:size] if call_end < size else b""
+        return _become(msg, run, ruleset, filt, err_w, keep, path, blob)
+    except BaseException as e:  # noqa: BLE001 - reported, then this child ends
+        why = e.strerror if isinstance(e, OSError) and e.strerror else repr(e)
+        try:
+            os.write(err_w, json.dumps(str(why)).encode())
+        finally:
+            os._exit(127)
 
 
 def _become(msg: dict, fds: list[int], ruleset: int, filt: Filter, err_w: int,
@@ -318,7 +395,7 @@ def _pristine(warm: dict, env: dict, keep: set[str], path: list[str], blob: byte
     _environ(env)
     sys.argv = list(warm["argv"])
     sys.orig_argv = list(warm["orig_argv"])
-    sys.path[0] = os.path.dirname(os.path.realpath(script))
+    sys.path[0] = os.path.dirname(_realpath(script))
     _user_site()
     premade = _PREMADE and _PREMADE[1] == tuple(_fd_kind(fd) for fd in (0, 1, 2))
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
@@ -364,6 +441,18 @@ def _environ(env: dict[str, str]) -> None:
         k, v = key.encode(code, "surrogateescape"), value.encode(code, "surrogateescape")
         os.putenv(k, v)  # refuses a name with "=", as os.environ's setitem does
         data[k] = v
+
+
+def _realpath(path: str) -> str:
+    """The script's path as a cold start resolves it for sys.path[0] (_Py_wrealpath: the
+    C library's realpath; the path as given when that fails)."""
+    resolved = _libc.realpath(os.fsencode(path), None)
+    if not resolved:
+        return path
+    try:
+        return os.fsdecode(ctypes.string_at(resolved))
+    finally:
+        _libc.free(resolved)
 
 
 def _user_site() -> None:
