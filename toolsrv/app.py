@@ -105,7 +105,7 @@ class Options(Record):
         # the memory the server may use (cgroups.default_total_memory)
         self.max_run_memory = max_run_memory
         self.max_run_pids = max_run_pids
-        self.max_warm_memory = max_warm_memory   # idle warm interpreters' RSS; None: see
+        self.max_warm_memory = max_warm_memory   # idle warm interpreters' PSS; None: see
                                                  # warm_budget()
         self.tls_cert = tls_cert            # PEM files of the tls! listeners (serve/tls.py)
         self.tls_key = tls_key

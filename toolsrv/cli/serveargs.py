@@ -142,8 +142,9 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                                  "e.g. 8G (default half of the host's memory, or of the "
                                  "server's own cgroup's limit)")),
     (("--max-warm-memory",), dict(type=size, default=None, metavar="SIZE", group=_LIMITS,
-                                  help="RSS the idle warm interpreters may hold together "
-                                  "(default an eighth of --max-run-memory, at most 256M)")),
+                                  help="memory the idle warm interpreters may hold together, "
+                                  "as PSS, their standby children included (default an "
+                                  "eighth of --max-run-memory, at most 256M)")),
     (("--mount",), dict(metavar="DIR", help="mount with 9pfuse on start, unmount on exit")),
     (("--uvloop",), dict(action="store_true", help="run on uvloop (pip install "
                          "'toolsrv[fast]'; also TOOLSRV_UVLOOP=1)")),

@@ -18,6 +18,25 @@ from collections.abc import Callable
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+def _pss_kib(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _rss(pid: int | None) -> int:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 class Spare:
     """An init waiting for a run: its socket and a pidfd on it; `kind` is the warm key of
     a warm init (toolsrv/run/init/warm.py), None for a cold one."""
@@ -33,20 +52,30 @@ class Spare:
         self._pid: int | None = None
 
     def measure(self, now: float, every: float) -> int:
-        """Its resident memory, in bytes, read again if `every` seconds have passed since
-        the last reading (0 when it cannot be read).  A warm init does not grow between
-        calls (each runs in a child it forks), so one reading a second bounds it as well
-        as one per call, at a system call instead of three and /proc/PID/status."""
+        """The memory it holds, in bytes: the proportional set size (PSS: each page shared
+        with other processes counted as a share) of the init and of its children (a warm
+        init's standby, forked ahead for its next call), read again if `every` seconds have
+        passed since the last reading.  A warm init does not grow between calls (each runs
+        in a child), so a reading a second bounds it as well as one per call.  Its RSS
+        when PSS cannot be read; 0 when neither can."""
         if now - self.measured < every:
             return self.rss
         self.measured = now
         if self._pid is None:
             self._pid = self.pid()  # a pidfd's process keeps its pid while it lives
+        pid = self._pid
         try:
-            with open(f"/proc/{self._pid}/statm", "rb") as f:
-                return int(f.read().split()[1]) * PAGE
-        except (OSError, ValueError, IndexError):
-            return 0
+            with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
+                kids = f.read().split()
+        except OSError:
+            kids = []
+        total = 0
+        for p in (pid, *kids):
+            kib = _pss_kib(int(p))
+            if kib is None:
+                return _rss(pid)
+            total += kib << 10
+        return total
 
     def pid(self) -> int | None:
         """The init's pid (in our namespace), from its pidfd."""

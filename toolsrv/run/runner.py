@@ -300,13 +300,16 @@ class Runner:
             rss.setdefault(kind, []).append(kib)
         every = [k for v in rss.values() for k in v]
         budget = la.warm_budget()
+        held = sum(i.rss for pool in la._warm.values() for i in pool)
         lines = [f"runs: {len(la._handles)} running",
                  la.totals_text(),
                  f"inits: {len(la._spares)} idle",
                  f"warm: {'on' if self.config.warm else 'off (--no-warm)'}; {len(every)} "
                  f"idle, {sum(every) / 1024:.1f} MiB RSS"
                  + (f" (largest {max(every) / 1024:.1f} MiB)" if every else "")
-                 + (f", at most {budget / 2**20:.1f} MiB" if budget is not None else "")
+                 + (f", {held / 2**20:.1f} MiB of it counted (PSS, with their standby "
+                    f"children) against at most {budget / 2**20:.1f} MiB"
+                    if budget is not None else "")
                  + f" and {WARM_IDLE:g} s idle; {la.warm_started} made warm, "
                  f"{la.warm_lost} found dead, {la.warm_shed} let go for memory, "
                  f"{self.warm_failures} failed"]
