@@ -7,13 +7,18 @@ working directory `--cwd` (default: a fresh directory under /tmp) and nothing on
 PYTHONPATH, serving a tools directory of two echo tools, the sh one (`exec cat`) and the
 python3 one, and times rdwr calls of each through the toolsrv client of the Python that
 runs this script, alternating window by window so host noise hits both alike; then prints
-the medians, their ratio (target: python3 <= 1.5x sh) and the server's /status.
+the medians, their ratio (target: python3 <= 1.5x sh) and the server's /status.  With
+--agents K, also K agents calling at once, each on its own connection, the python3 echo's
+calls/s against the sh echo's (issue 33: >= 0.7x at 32), windows alternating in the same
+server (no pause in between: an idle warm pool is trimmed after 2 s).
 
     python bench/bench_deployed.py --toolsrv VENV/bin/toolsrv [--cwd DIR] [-n CALLS] [--no-warm]
+                                   [--agents K]
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -24,6 +29,9 @@ import tempfile
 import time
 
 from toolsrv.cli.client import Client
+
+if __package__ in (None, ""):  # run as a script: bench.* (the agents' loop) from the checkout
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 META = {"description": "echo the JSON args", "args": {"type": "object"}}
 TOOLS = {"echo": "#!/bin/sh\nexec cat\n",
@@ -38,6 +46,8 @@ def main() -> None:
     ap.add_argument("--cwd", help="the server's working directory (default: a fresh one)")
     ap.add_argument("-n", type=int, default=200, help="calls of each tool")
     ap.add_argument("--no-warm", action="store_true", help="serve --no-warm: the cold figure")
+    ap.add_argument("--agents", type=int, default=0,
+                    help="also K agents calling at once: calls/s of each echo")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench-deployed.", dir="/tmp")
     os.chmod(tmp, 0o755)
@@ -55,7 +65,7 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OLLIE_TOOLS_PATH")}
     log = open(os.path.join(tmp, "server.log"), "w")
     p = subprocess.Popen([a.toolsrv, "serve", "-a", f"unix!{sock}", "--tools", tools,
-                          "--no-state", *(["--no-warm"] if a.no_warm else [])], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                          "--no-state", "--max-runs", "64", *(["--no-warm"] if a.no_warm else [])], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                          stdout=log, stderr=log)
     try:
         end = time.monotonic() + 60
@@ -64,6 +74,8 @@ def main() -> None:
                 sys.exit(f"toolsrv did not start:\n{open(log.name).read()}")
             time.sleep(0.05)
         run(f"unix!{sock}", a.n, a.toolsrv, cwd)
+        if a.agents:
+            asyncio.run(agents(sock, a.agents))
         with Client.connect(f"unix!{sock}") as c:
             print(c.read("status").decode(), end="")
         with open(log.name) as f:
@@ -100,6 +112,33 @@ def run(addr: str, n: int, toolsrv: str, cwd: str) -> None:
     print(f"sh echo      median {sh:6.2f} ms  ({n} calls)")
     print(f"python3 echo median {py:6.2f} ms  ({n} calls)")
     print(f"ratio python3/sh    {py / sh:6.2f}  (target <= 1.5)")
+
+
+async def agents(sock: str, k: int, seconds: float = 2.0, windows: int = 4) -> None:
+    """k agents at once, each its own connection: calls/s of the python3 echo, then the
+    sh echo, window after window with no pause (the warm pool grows to k first)."""
+    from bench.bench_call import window  # noqa: PLC0415 - the same loop bench_call times
+    from bench.wire import AsyncWire  # noqa: PLC0415
+    with Client.connect(f"unix!{sock}") as c:
+        c.mkdir("session/k")
+        for i in range(k):
+            c.mkdir(f"session/k/agent/a{i}")
+            c.rdwr(f"session/k/agent/a{i}/ctl", b"tool_load echo pyecho")
+    conns = [await AsyncWire.unix(sock) for _ in range(k)]
+    calls = {name: [lambda c=c, i=i, name=name: c.rdwr(
+        7, ("session", "k", "agent", f"a{i}", "tools", name, "call"), PAYLOAD, True)
+        for i, c in enumerate(conns)] for name in ("pyecho", "echo")}
+    await window(calls["pyecho"], 3.0)  # the warm pool grows to k (each a python start)
+    rates: dict[str, list[float]] = {"pyecho": [], "echo": []}
+    for _ in range(windows):
+        for name in ("pyecho", "echo"):
+            rates[name].append((await window(calls[name], seconds))[0])
+    for c in conns:
+        c.close()
+    sh, py = (statistics.median(rates[n]) for n in ("echo", "pyecho"))
+    print(f"sh echo      {sh:6.0f} calls/s, {k} agents")
+    print(f"python3 echo {py:6.0f} calls/s, {k} agents")
+    print(f"ratio python3/sh    {py / sh:6.2f}  (target >= 0.7 at 32 agents)")
 
 
 if __name__ == "__main__":
