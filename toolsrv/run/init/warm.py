@@ -64,6 +64,10 @@ from toolsrv.run.kernel.rules import RuleCache
 from toolsrv.run.kernel.seccomp import Filter
 
 MAX_FDS = 8
+# the report when neither the standby nor a child forked then could be handed the call
+NO_CHILD = json.dumps("warm: the run's child could not be handed its call (its standby and "
+                      "a fresh fork both failed): call again; if it persists, serve with "
+                      "--no-warm").encode()
 # Imported before a call is forked (doc/performance.md, Warm starts): the standard modules
 # the bundled Python tools import, measured with -X importtime (about 30 ms cold).
 WARMED = ("json", "re", "stat", "errno", "collections", "base64", "shutil", "subprocess",
@@ -308,7 +312,7 @@ def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
             if fd >= 0:
                 os.close(fd)
         status = reap_until(pid, True) if pid > 0 else 0  # always a namespace's pid 1
-        why = os.read(err_r, 65536) if pid > 0 else b'"warm: no child could take the run"'
+        why = os.read(err_r, 65536) if pid > 0 else NO_CHILD
         os.close(err_r)
         sock.send(b"E" + why if why else b"S%d" % status)
 
