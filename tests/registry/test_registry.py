@@ -395,6 +395,18 @@ def test_meta_says_how_a_python_tool_starts(tmp_path) -> None:  # type: ignore[n
         "not a Python script"
 
 
+def test_meta_says_a_resident_tools_calls_go_to_its_process() -> None:
+    """A bundled file tool runs resident (protocol python): its meta's "start" says so, and
+    how a call it cannot take (an elevated one) starts instead."""
+    import importlib.resources
+    bundled = importlib.resources.files("toolsrv").joinpath("data", "tools")
+    r = Registry([str(bundled)], env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/"})
+    r.load()
+    start = r.get("file_read").meta_json()["start"]
+    assert start["resident"] == "python", start
+    assert set(start) == {"resident", "otherwise"} and "warm" in start["otherwise"], start
+
+
 def test_a_shebang_reads_as_the_kernel_and_env_run_it() -> None:
     """One #! rule for warm planning and import-mcp's grants: env's program in env's
     place unless a flag follows env; no more of the line than the kernel reads."""

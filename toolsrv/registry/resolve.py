@@ -136,7 +136,12 @@ class Tool(Frozen):
                 out[k] = v
         out.update(self.hints)
         out["command"] = self.command.to_json()
-        out["start"] = warmstart.describe(list(self.command.argv), self.extra.get("warm"))
+        out["start"] = start = warmstart.describe(list(self.command.argv),
+                                                  self.extra.get("warm"))
+        if self.resident is not None:  # its calls go to the agent's resident process
+            out["start"] = {"resident": self.resident["protocol"]}
+            if self.resident["protocol"] == "python":  # the calls it cannot serve, as a run
+                out["start"]["otherwise"] = start
         if self.extra:
             out["extra"] = self.extra
         return out
