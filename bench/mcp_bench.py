@@ -54,8 +54,10 @@ def build_server(tool_path: str) -> Any:
     def in_process(name: str, argv: list[str]) -> Any:
         """The bundled script `name` run in this process on the args: its stdout."""
         import io
-        code = compile(open(os.path.join(REPO, "toolsrv", "data", "tools", name),
-                            encoding="utf-8").read(), name, "exec")
+        tools = os.path.join(REPO, "toolsrv", "data", "tools")
+        if tools not in sys.path:  # as the script's own directory is: its modules import
+            sys.path.append(tools)
+        code = compile(open(os.path.join(tools, name), encoding="utf-8").read(), name, "exec")
 
         def run(args: dict) -> str:
             saved = sys.stdin, sys.stdout, sys.argv

@@ -27,7 +27,8 @@ def cold_copy(dest: str) -> str:
     resident: each of their calls a cold (or warm) run."""
     os.mkdir(dest)
     for name in PYTHON_RESIDENT:
-        for f in (name, name + ".py"):       # file_grep's cmd runs its file_grep.py
+        for f in (name, name + ".py", name + "_paths.py"):  # file_grep's cmd runs its
+            # file_grep.py, which imports file_grep_paths.py from its directory
             if os.path.exists(os.path.join(BUNDLED, f)):
                 shutil.copy2(os.path.join(BUNDLED, f), dest)
         with open(os.path.join(BUNDLED, name + ".meta")) as f:

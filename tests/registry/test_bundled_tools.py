@@ -32,6 +32,7 @@ HAVE_JQ = shutil.which("jq", path=PATH) is not None
 
 PY_TOOLS = ["file_read", "file_write", "file_edit", "file_glob"]
 PY_HELPERS = ["file_grep.py"]
+PY_MODULES = ["file_grep_paths.py"]  # imported by a helper from its directory
 BASH_TOOLS = ["memory_remember", "memory_recall"]
 META_ONLY = ["json_value", "system_logs", "file_grep"]
 ALL_TOOLS = sorted(PY_TOOLS + BASH_TOOLS + META_ONLY)
@@ -161,7 +162,7 @@ def test_executable_mode_and_shebang(name):
     assert first == want
 
 
-@pytest.mark.parametrize("name", PY_TOOLS + PY_HELPERS)
+@pytest.mark.parametrize("name", PY_TOOLS + PY_HELPERS + PY_MODULES)
 def test_python_tools_parse_as_python_3_9(name):
     ast.parse((TOOLS / name).read_text(), filename=name, feature_version=(3, 9))
 
