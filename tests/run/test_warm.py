@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from sandbox_support import (LANDLOCK, NO_LANDLOCK, Harness, marker,  # noqa: E402
-                             profile_with, sleepers)
+from sandbox_support import (LANDLOCK, NO_LANDLOCK, Harness, children,  # noqa: E402
+                             marker, profile_with, sleepers)
 
 from toolsrv.registry import warmstart  # noqa: E402
 
@@ -280,14 +280,6 @@ def test_a_warm_interpreter_killed_between_calls_is_replaced(hw: Harness) -> Non
     assert res.warm and not set(_warm_init_pids(hw)) & set(pids)
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        return []
-
-
 def test_the_next_calls_child_waits_forked_and_a_killed_one_is_replaced(hw: Harness
                                                                         ) -> None:
     """A warm init forks each call's child ahead, once the last call is over (its
@@ -298,7 +290,7 @@ def test_the_next_calls_child_waits_forked_and_a_killed_one_is_replaced(hw: Harn
     [init] = _warm_init_pids(hw)
     standby: list[int] = []
     for _ in range(3000):  # the event: the standby forked (after the report), 60 s at most
-        standby = _children(init)
+        standby = children(init)
         if standby:
             break
         hw.run_async(asyncio.sleep(0.02))

@@ -57,6 +57,15 @@ def sleepers(m: str) -> list[int]:
     return processes_with(f"sleep\0{m}\0")
 
 
+def children(pid: int) -> list[int]:
+    """The children of pid's main thread ([] once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
 def processes_with(text: str) -> list[int]:
     """Pids whose command line contains text."""
     found = []
