@@ -29,6 +29,7 @@ import ast
 import errno
 import importlib
 import os
+import sys
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -98,7 +99,15 @@ class Module:
     def __init__(self, path: str, package: str) -> None:
         self.name = os.path.splitext(os.path.basename(path))[0]
         self.tree = ast.parse(open(path).read(), path)
-        self.py = importlib.import_module(f"{package}.{self.name}")
+        here = os.path.dirname(path)
+        script = not os.path.exists(os.path.join(here, "__init__.py"))  # a tools directory
+        if script:  # its scripts import their sibling modules from it, as they run
+            sys.path.insert(0, here)
+        try:
+            self.py = importlib.import_module(f"{package}.{self.name}")
+        finally:
+            if script:
+                sys.path.remove(here)
         self.parents: dict[ast.AST, ast.AST] = {}
         for node in ast.walk(self.tree):
             for child in ast.iter_child_nodes(node):
