@@ -5,11 +5,12 @@
 # revwait, tools/search), with no MCP types in it; tools.py a listed tool and a call's
 # result as MCP spells them (annotations, outputSchema, structuredContent); server.py
 # wires the official `mcp` SDK to the face; extras.py its prompts, log resource, roots
-# and progress (server.py, extras.py and http.py are the modules that import the SDK);
+# and progress (server.py, extras.py, http.py and fast.py are the modules that import the SDK);
 # http.py is the streamable HTTP listener and its gate (Origin, Host, bearer token);
 # run.py the process: dial ADDR, or serve the default registry in process when nothing
 # answers there; stdio.py the stdio wire the SDK's transport is given (the event loop's
-# pipes, not worker threads).
+# pipes, not worker threads); fast.py the steady-state tools/call of a stdio connection,
+# answered beside the SDK's dispatch with the SDK's own result serializer.
 #
 # May import app and everything below it (standalone mode starts an App); imported only
 # by cli/ (the `mcp` verb), so `serve` never loads the SDK.

@@ -11,7 +11,9 @@ refused, a bad secret) is an error, not a reason to serve alone.
 Order: the dial or the local server first (a failure is a message on stderr and exit
 1, before any MCP is spoken; the local server's launcher has its own stdin and stdout,
 /dev/null), then the SDK's stdio_server over our stdio.py's wire (fd 0 and 1 pointed away
-from the pipes while it serves, the pipes read and written by the loop, not by threads), then the watcher (revwait) beside the SDK's serving loop.  When the client closes stdin, or on SIGTERM/SIGINT, the loop ends, each
+from the pipes while it serves, the pipes read and written by the loop, not by threads; a steady connection's plain
+tools/call answered beside the SDK by fast.py), then the watcher (revwait) beside the
+SDK's serving loop.  When the client closes stdin, or on SIGTERM/SIGINT, the loop ends, each
 connection's teardown removes its seat, and the local server, if any, stops.
 """
 from __future__ import annotations
@@ -113,7 +115,7 @@ async def _main(args: Any, http: Any) -> int:
     async with wire() as ours:           # the loop's own pipes, where it can watch them
         mine = {"stdin": ours[0], "stdout": ours[1]} if ours else {}
         async with stdio_server(**mine) as streams:
-            return await _serve(args, (nine, addr, local), streams, None)
+            return await _serve(args, (nine, addr, local), streams, None, ours)
 
 
 def _tls(args: Any) -> Any:
@@ -145,7 +147,7 @@ async def _connect(args: Any) -> tuple[NineP, str, Local | None]:
 
 
 async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
-                 http: Any) -> int:
+                 http: Any, lines: Any = None) -> int:
     from .server import Wiring
     nine, addr, local = got
 
@@ -158,6 +160,11 @@ async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
     if local is not None:               # said in initialize's instructions too (server.py)
         face.standalone = args.addr or str(dial.default_addr())
     wiring = Wiring(face, pid=str(os.getppid()) if http is None else None)
+    fast = None
+    if lines is not None:               # our stdio wire: the steady-state calls (fast.py)
+        from .fast import Calls
+        fast = Calls(wiring, lines[1])
+        lines[0].tap = fast.take
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(face.watch, wiring.changed)
@@ -171,6 +178,9 @@ async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
             tg.cancel_scope.cancel()
     finally:
         with anyio.move_on_after(10, shield=True):
+            if fast is not None:
+                lines[0].tap = None
+                await fast.close()
             await face.close()
             if local is not None:
                 await local.stop()

@@ -9,7 +9,8 @@ serves, as the SDK does, so nothing a handler or a child writes can tear a frame
 stdin read by asyncio's pipe transport a line at a time, and stdout written through its
 write transport, waiting for the pipe to drain only past a high-water mark.  A stdin or
 stdout the loop cannot watch (a regular file) gets None: the caller falls back to the
-SDK's own transport.  On exit the descriptors are put back.
+SDK's own transport.  On exit the descriptors are put back.  A `tap` (fast.py) sees each
+line first and keeps the steady-state tools/call it answers itself.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import contextlib
 import os
 import stat
 import sys
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 LINE_MAX = 256 << 20      # one JSON-RPC message; the 9P side caps what a call may carry
 
@@ -28,20 +29,25 @@ class LinesIn:
 
     def __init__(self, reader: asyncio.StreamReader) -> None:
         self.reader = reader
+        self.tap: Callable[[str], bool] | None = None    # fast.py: True keeps a line
+
 
     def __aiter__(self) -> "LinesIn":
         return self
 
     async def __anext__(self) -> str:
-        try:
-            line = await self.reader.readuntil(b"\n")
-        except asyncio.IncompleteReadError as e:
-            if not e.partial:
-                raise StopAsyncIteration from None
-            line = e.partial
-        except asyncio.LimitOverrunError:
-            raise StopAsyncIteration from None      # a peer past any sane frame: hang up
-        return line.decode("utf-8", "replace")
+        while True:
+            try:
+                line = await self.reader.readuntil(b"\n")
+            except asyncio.IncompleteReadError as e:
+                if not e.partial:
+                    raise StopAsyncIteration from None
+                line = e.partial
+            except asyncio.LimitOverrunError:
+                raise StopAsyncIteration from None  # a peer past any sane frame: hang up
+            text = line.decode("utf-8", "replace")
+            if self.tap is None or not self.tap(text):
+                return text
 
 
 class LinesOut:

@@ -1,0 +1,198 @@
+"""The face's steady-state `tools/call`, answered beside the SDK's dispatch (stdio only).
+
+Theory of operation.  Once a stdio connection of the handshake era is initialized and its
+seat is made (its first call went through the SDK: seat, roots, client name), a plain
+`tools/call` costs the SDK's request machinery (parse into its models, the dispatcher's
+task and cancel scope, middleware, the result's model and its dump, the writer task)
+about three quarters of the face's CPU per call, as much again as the 9P rdwr that does
+the work (doc/performance.md, The MCP face).  `Calls.take(line)` sees each stdin line
+before the SDK does (stdio.py's `LinesIn`) and keeps the ones that are exactly such a
+call:
+
+  taken      a JSON-RPC request `tools/call` with an int or string id not in flight
+             here, params of `name` (a string) and `arguments` (an object or absent) and
+             nothing else (no `_meta`: progress, and whatever else a client may attach,
+             stay the SDK's), on the one handshake-era connection, whose seat is ready.
+  answered   by a task: `Face.call` as server.py's handler calls it; the result shaped
+             by the SDK's own per-version serializer (`serialize_server_result`, what
+             its runner applies) and written as one line through the same writer; an
+             `Unknown` tool the SDK's -32602, another exception its code 0.  A call
+             whose result does not fit MCP's types goes through server.py's `_result`
+             (the text fallback) first.
+  cancelled  a `notifications/cancelled` naming a request taken here cancels its task
+             (ninep.py flushes the read: toolsrv kills the run), and it is never
+             answered, as the spec says and the SDK does; the notification is still
+             passed on (the SDK ignores ids it does not hold).
+
+Everything else (the first call, a call with `_meta`, every other method, HTTP, the
+2026-era stdio requests) is the SDK's, untouched; so is every call when an OpenTelemetry
+tracer provider is set (the SDK's middleware makes a span of each request: a traced
+face keeps them all).  The wire is the same either way:
+tests/mcp/test_fast.py sends one call both ways and compares the answers.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from mcp_types import INVALID_PARAMS, methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+from . import extras
+from .face import Unknown
+from .stdio import LinesOut
+
+log = logging.getLogger("toolsrv.mcp")
+
+CONNECTION_CLOSED = -32000          # the SDK's answer to a request cut off by the end
+
+
+def _key(rid: Any) -> Any:
+    """The SDK's correlation of ids: "7" and 7 are one request."""
+    if isinstance(rid, str):
+        try:
+            return int(rid)
+        except ValueError:
+            pass
+    return rid
+
+
+class Calls:
+    """The steady-state tools/call of one stdio face (see the module's comment)."""
+
+    def __init__(self, wiring: Any, out: LinesOut) -> None:
+        self.wiring = wiring
+        self.out = out
+        self.running: dict[Any, asyncio.Task[None]] = {}
+        self.cancelled: set[Any] = set()
+        self.traced = _traced()
+
+    def _conn(self) -> tuple[Any, Any] | None:
+        """(connection, seat) when the one connection is steady: handshake era, seat made."""
+        conns = self.wiring.conns
+        if len(conns) != 1 or self.wiring.http:
+            return None
+        conn, seat = next(iter(conns.values()))
+        version = getattr(conn, "protocol_version", None)
+        if not seat.ready or not isinstance(version, str) or version in MODERN_PROTOCOL_VERSIONS:
+            return None
+        return conn, seat
+
+    def take(self, line: str) -> bool:
+        """True when the line is handled here (the SDK must not see it)."""
+        call = '"tools/call"' in line
+        if not call and '"notifications/cancelled"' not in line:
+            return False
+        if not call:
+            self._cancel(line)
+            return False
+        got = None if self.traced else self._conn()
+        if got is None:
+            return False
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            return False
+        if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or \
+                msg.get("method") != "tools/call" or not msg.keys() <= _REQUEST:
+            return False
+        rid, params = msg.get("id"), msg.get("params")
+        if type(rid) not in (int, str) or _key(rid) in self.running:
+            return False
+        if not isinstance(params, dict) or not params.keys() <= _PARAMS:
+            return False
+        name, args = params.get("name"), params.get("arguments")
+        if not isinstance(name, str) or not (args is None or isinstance(args, dict)):
+            return False
+        key = _key(rid)
+        self.running[key] = asyncio.get_running_loop().create_task(
+            self._call(rid, key, got, name, args if args is not None else {}))
+        return True
+
+    def _cancel(self, line: str) -> None:
+        try:
+            msg = json.loads(line)
+            rid = msg["params"]["requestId"]
+        except (ValueError, TypeError, KeyError):
+            return
+        if msg.get("method") != "notifications/cancelled" or type(rid) not in (int, str):
+            return
+        task = self.running.get(_key(rid))
+        if task is not None:
+            self.cancelled.add(_key(rid))
+            task.cancel()
+
+    async def _call(self, rid: Any, key: Any, got: tuple[Any, Any], name: str,
+                    args: dict[str, Any]) -> None:
+        conn, seat = got
+        answer: dict[str, Any]
+        try:
+            try:
+                res = await self.wiring.face.call(seat, name, args)
+                answer = {"result": _shaped(res, conn.protocol_version)}
+            except Unknown as e:
+                answer = {"error": {"code": INVALID_PARAMS, "message": str(e)}}
+            except asyncio.CancelledError:
+                if key in self.cancelled:
+                    return                      # the client cancelled: never answered
+                await self._write(rid, {"error": {"code": CONNECTION_CLOSED,
+                                                  "message": "Connection closed"}})
+                raise
+            except Exception as e:              # as the SDK's dispatcher answers it
+                log.exception("handler for 'tools/call' raised")
+                answer = {"error": {"code": 0, "message": str(e)}}
+            await self._write(rid, answer)
+            if id(conn) in self.wiring.subscribed:
+                try:
+                    await conn.send_resource_updated(extras.LOG_URI)
+                except Exception as e:
+                    log.debug("resources/updated not sent: %s", e)
+        finally:
+            self.running.pop(key, None)
+            self.cancelled.discard(key)
+
+    async def _write(self, rid: Any, answer: dict[str, Any]) -> None:
+        line = json.dumps({"jsonrpc": "2.0", "id": rid, **answer}, ensure_ascii=False,
+                          separators=(",", ":"))
+        try:
+            await self.out.write(line + "\n")
+            await self.out.flush()
+        except (ConnectionError, RuntimeError) as e:   # the client went away
+            log.debug("dropped result for %r: %s", rid, e)
+
+    async def close(self) -> None:
+        """Cancel what is still running (the connection ended): its runs are killed."""
+        tasks = list(self.running.values())
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _traced() -> bool:
+    """Whether OpenTelemetry has a tracer provider (the SDK's own dependency)."""
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return False
+    return not isinstance(trace.get_tracer_provider(),
+                          (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
+_REQUEST = frozenset(("jsonrpc", "id", "method", "params"))
+_PARAMS = frozenset(("name", "arguments"))
+
+
+def _shaped(res: dict[str, Any], version: str) -> dict[str, Any]:
+    """The face's result as the SDK's runner puts it on the wire for `version`."""
+    from .server import _result
+    try:
+        plain = dict(res)
+        plain.pop("_text", None)
+        return methods.serialize_server_result("tools/call", version, plain)
+    except ValidationError:         # content passed through that is not MCP's: the text
+        dumped = _result(res).model_dump(by_alias=True, mode="json", exclude_none=True)
+        return methods.serialize_server_result("tools/call", version, dumped)
