@@ -131,6 +131,45 @@ def test_a_fast_call_running_at_end_of_input_is_killed(server):
     wait_for(lambda: not processes_with(marker))
 
 
+def test_a_call_after_one_the_sdk_holds_keeps_its_turn(server):
+    """A call with `_meta` (progress) is the SDK's; a plain call right behind it must not
+    overtake it through the fast path: the two tools are not readOnly, so toolsrv runs
+    them in the order their writes arrive, and the answers come in that order."""
+    p = face(server)
+    try:
+        initialize(p, "2025-06-18")
+        call(p, 2, "echo", {})
+        raw_rpc(p, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "marked", "arguments": {"s": "0.5"}, "_meta": {"progressToken": "t"}}})
+        raw_rpc(p, {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                    "params": {"name": "fail", "arguments": {"n": 1}}})
+        order = []
+        while len(order) < 2:
+            m = json.loads(p.stdout.readline())
+            if m.get("id") in (3, 4):
+                order.append(m["id"])
+        assert order == [3, 4]
+        assert call(p, 5, "fail", {"n": 1})["result"]["isError"] is True   # after: fast again
+    finally:
+        close(p)
+
+
+def test_the_fast_path_says_so_once_in_the_verbose_log(server, tmp_path):
+    err = open(tmp_path / "stderr", "wb")
+    p = subprocess.Popen([*FACE, "-v", "-a", server.addr], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=err, env=env(),
+                         cwd=tempfile.gettempdir())
+    try:
+        initialize(p, "2025-06-18")
+        for rid in (2, 3, 4):
+            assert call(p, rid, "echo", {"n": rid})["result"]["isError"] is False
+    finally:
+        close(p)
+        err.close()
+    text = (tmp_path / "stderr").read_text()
+    assert text.count("answered beside the SDK") == 1, text[-2000:]
+
+
 def wait_for(cond):
     import time
     end = time.monotonic() + WAIT
@@ -202,6 +241,19 @@ def test_connections_left_to_the_sdk(conn, why):
         calls, _ = stub(**conn)
         return calls.take(req())
     assert asyncio.run(go()) is False, why
+
+
+def test_no_call_is_taken_while_the_sdk_holds_one():
+    async def go():
+        calls, _ = stub()
+        seen = [calls.take(req(rid=1, name="t", _meta={"progressToken": 1}))]
+        seen.append(calls.take(req(rid=2, name="t")))      # behind the SDK's: the SDK's
+        calls.settled()
+        calls.settled()
+        seen.append(calls.take(req(rid=3, name="t")))      # none held: taken
+        await asyncio.gather(*calls.running.values())
+        return seen
+    assert asyncio.run(go()) == [False, False, True]
 
 
 def test_a_steady_call_is_taken_and_answered_once():

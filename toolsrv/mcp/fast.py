@@ -19,6 +19,9 @@ call:
              `Unknown` tool the SDK's -32602, another exception its code 0.  A call
              whose result does not fit MCP's types goes through server.py's `_result`
              (the text fallback) first.
+  in order   while a tools/call passed to the SDK is in flight (a first call, one with
+             `_meta`), none is taken: the calls of one agent keep the order they came in
+             (server.py's middleware says when the SDK is done with each).
   cancelled  a `notifications/cancelled` naming a request taken here cancels its task
              (ninep.py flushes the read: toolsrv kills the run), and it is never
              answered, as the spec says and the SDK does; the notification is still
@@ -69,6 +72,8 @@ class Calls:
         self.running: dict[Any, asyncio.Task[None]] = {}
         self.cancelled: set[Any] = set()
         self.traced = _traced()
+        self.sdk = 0                    # tools/call requests passed to the SDK, in flight
+        self.said = False               # the verbose log's one line about this path
 
     def _conn(self) -> tuple[Any, Any] | None:
         """(connection, seat) when the one connection is steady: handshake era, seat made."""
@@ -89,28 +94,36 @@ class Calls:
         if not call:
             self._cancel(line)
             return False
-        got = None if self.traced else self._conn()
-        if got is None:
-            return False
         try:
             msg = json.loads(line)
         except ValueError:
             return False
         if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or \
-                msg.get("method") != "tools/call" or not msg.keys() <= _REQUEST:
+                msg.get("method") != "tools/call":
             return False
         rid, params = msg.get("id"), msg.get("params")
-        if type(rid) not in (int, str) or _key(rid) in self.running:
-            return False
-        if not isinstance(params, dict) or not params.keys() <= _PARAMS:
-            return False
-        name, args = params.get("name"), params.get("arguments")
-        if not isinstance(name, str) or not (args is None or isinstance(args, dict)):
+        if type(rid) not in (int, str):
+            return False                # not a request the SDK dispatches as one
+        got = None if self.traced or self.sdk else self._conn()
+        name = params.get("name") if isinstance(params, dict) else None
+        args = params.get("arguments") if isinstance(params, dict) else None
+        if got is None or not msg.keys() <= _REQUEST or _key(rid) in self.running or \
+                not isinstance(params, dict) or not params.keys() <= _PARAMS or \
+                not isinstance(name, str) or not (args is None or isinstance(args, dict)):
+            self.sdk += 1               # the SDK's: settled() when it is done with it
             return False
         key = _key(rid)
+        if not self.said:
+            self.said = True
+            log.debug("a steady tools/call (id %r): answered beside the SDK from now on "
+                      "(doc/mcp.md, A connection's steady calls)", rid)
         self.running[key] = asyncio.get_running_loop().create_task(
             self._call(rid, key, got, name, args if args is not None else {}))
         return True
+
+    def settled(self) -> None:
+        """The SDK is done with a tools/call it was passed (answered, failed, cancelled)."""
+        self.sdk = max(0, self.sdk - 1)
 
     def _cancel(self, line: str) -> None:
         try:

@@ -163,7 +163,7 @@ async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
     fast = None
     if lines is not None:               # our stdio wire: the steady-state calls (fast.py)
         from .fast import Calls
-        fast = Calls(wiring, lines[1])
+        fast = wiring.fast = Calls(wiring, lines[1])
         lines[0].tap = fast.take
     try:
         async with anyio.create_task_group() as tg:
