@@ -489,8 +489,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                                  for i in range(200)))
     os.chmod(Path(tools, "sample.txt"), 0o644)
     grep = fr.parent / "file_grep"       # its .meta (a cmd, resident through file_grep.py)
-    Path(tools, "file_grep.py").write_text(Path(str(grep) + ".py").read_text())
-    os.chmod(Path(tools, "file_grep.py"), 0o755)
+    for mod in ("file_grep.py", "file_grep_paths.py"):      # and the module it imports
+        Path(tools, mod).write_text(Path(fr.parent, mod).read_text())
+        os.chmod(Path(tools, mod), 0o755 if mod == "file_grep.py" else 0o644)
     Path(tools, "file_grep.meta").write_text(Path(str(grep) + ".meta").read_text())
     tree = Path(tools, "tree")
     tree.mkdir()
