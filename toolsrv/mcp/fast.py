@@ -30,8 +30,8 @@ call:
 Everything else (the first call, a call with `_meta`, every other method, HTTP, the
 2026-era stdio requests) is the SDK's, untouched; so is every call when an OpenTelemetry
 tracer provider is set (the SDK's middleware makes a span of each request: a traced
-face keeps them all).  The wire is the same either way:
-tests/mcp/test_fast.py sends one call both ways and compares the answers.
+face keeps them all).  The wire is the same either way: tests/mcpface/test_fast.py sends
+each kind of call both ways and compares the answers.
 """
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ import logging
 from typing import Any
 
 from mcp_types import INVALID_PARAMS, methods
+from mcp_types.jsonrpc import CONNECTION_CLOSED     # the SDK's answer to a request cut off
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
@@ -49,8 +50,6 @@ from .face import Unknown
 from .stdio import LinesOut
 
 log = logging.getLogger("toolsrv.mcp")
-
-CONNECTION_CLOSED = -32000          # the SDK's answer to a request cut off by the end
 
 
 def _key(rid: Any) -> Any:
