@@ -299,3 +299,20 @@ def test_revwait_reads_honour_the_offset(served):
             if c.read("revision") == rev:
                 break
         assert got == [rev, rev[1:], b"", rev, b""]
+
+
+@pytest.mark.parametrize("here, below, want", [
+    ("/", "tmp/v/bin/toolsrv", "/tmp/v/bin/toolsrv"),          # from /: absolute
+    ("/work/co", ".venv/bin/toolsrv", ".venv/bin/toolsrv"),    # make run in the checkout
+    ("/work/co", "/opt/v/bin/toolsrv", "/opt/v/bin/toolsrv"),  # elsewhere: absolute
+])
+def test_the_banners_command_works_from_another_terminal(monkeypatch, here, below, want):
+    """A server started from / printed `tmp/v/bin/toolsrv ...`, which works only in /."""
+    import sys
+    from toolsrv.cli import banner
+    monkeypatch.setattr(banner.shutil, "which", lambda _: None)     # not on $PATH
+    monkeypatch.setattr(banner.os, "getcwd", lambda: here)
+    monkeypatch.setattr(banner.os.path, "abspath",
+                        lambda p: p if p.startswith("/") else os.path.join(here, p))
+    monkeypatch.setattr(sys, "argv", [below, "serve"])
+    assert banner._prog() == want

@@ -243,6 +243,9 @@ def test_an_agents_tools_share_one_interpreter_until_the_last_is_unloaded(c, srv
     assert call(c, "pyro", {"op": "pid"})["result"] == one        # the same TMPDIR: process
     assert len(hosts_of(path)) == 1
     assert "residents: 1 up (1 python)\n" in c.read("status").decode()   # /status says so
+    log = c.read(f"{c.base}/log").decode()      # and the log, so no one looks for a warm start
+    assert log.count("-> started: this agent's one interpreter for its one-shot Python "
+                     "tools (their calls run in it, not as warm starts)") == 1, log
     c.rdwr(f"{c.base}/ctl", b"tool_unload pyres")
     assert call(c, "pyro", {"op": "pid"})["result"] == one        # still up, for pyro
     assert len(hosts_of(path)) == 1

@@ -14,12 +14,17 @@ TRY = "try"
 
 
 def _prog() -> str:
-    """How to type the command here: `toolsrv`, or its path when it is not on $PATH
-    (make run starts .venv/bin/toolsrv without activating the venv)."""
+    """How to type the command: `toolsrv`, or its path when it is not on $PATH (make run
+    starts .venv/bin/toolsrv without activating the venv): relative when it is below the
+    directory the server started in (the checkout's), absolute otherwise (a server started
+    from / or elsewhere: another terminal is not there)."""
     argv0 = sys.argv[0] if sys.argv else ""
     if shutil.which("toolsrv") or os.path.basename(argv0) != "toolsrv":
         return "toolsrv"
-    return os.path.relpath(argv0)
+    path, here = os.path.abspath(argv0), os.getcwd()
+    if here != os.sep and path.startswith(here.rstrip(os.sep) + os.sep):
+        return os.path.relpath(path, here)
+    return path
 
 
 def search_mode() -> str:

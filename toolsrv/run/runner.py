@@ -185,7 +185,8 @@ class Runner:
                 + (f"idmapped grants: {la.idmap}; " if self._uid else "") +
                 f"tools run as {who}; Python tools start "
                 + ("warm (a fork of a warm interpreter)" if self.config.warm else
-                   "cold (--no-warm)"))
+                   "cold (--no-warm)")
+                + "; resident ones (the bundled file tools) in an interpreter per agent")
 
     def check(self) -> None:
         """Prove the scratch base ours now (trusted.open_dir); raises trusted.Untrusted."""

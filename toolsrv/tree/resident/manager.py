@@ -272,7 +272,9 @@ class Residents:
         e.proc = resident.Process(self.runner.launcher, handle, line_cap, cfg.stderr_cap)
         e.where, e.stopped = where, ""
         self.live.add(e)
-        self._note(e, "started")
+        self._note(e, "started: this agent's one interpreter for its one-shot Python tools "
+                   "(their calls run in it, not as warm starts)" if e.protocol == "python"
+                   else "started")
         if e.protocol == "mcp":
             e.client = mcpproto.Client(e.proc)
             _, rep = await resident.answer(e.proc, timeout, call.kill, self._init(e.client))
