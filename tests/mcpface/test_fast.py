@@ -97,15 +97,21 @@ def test_the_fast_answer_is_the_sdks(server, version):
         close(steady)
 
 
-def test_a_cancelled_fast_call_is_killed_and_never_answered(server):
+def marked_running(p, rid):
+    """A steady connection's call (id rid) of `marked`, its process up: its marker."""
     marker = f"600.{uuid.uuid4().int % 10**9:09d}"
+    initialize(p, "2025-06-18")
+    call(p, 2, "echo", {})
+    raw_rpc(p, {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                "params": {"name": "marked", "arguments": {"s": marker}}})
+    wait_for(lambda: processes_with(marker))
+    return marker
+
+
+def test_a_cancelled_fast_call_is_killed_and_never_answered(server):
     p = face(server)
     try:
-        initialize(p, "2025-06-18")
-        call(p, 2, "echo", {})
-        raw_rpc(p, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                    "params": {"name": "marked", "arguments": {"s": marker}}})
-        wait_for(lambda: processes_with(marker))
+        marker = marked_running(p, 3)
         raw_rpc(p, {"jsonrpc": "2.0", "method": "notifications/cancelled",
                     "params": {"requestId": 3, "reason": "test"}})
         wait_for(lambda: not processes_with(marker))
@@ -118,14 +124,9 @@ def test_a_cancelled_fast_call_is_killed_and_never_answered(server):
 
 
 def test_a_fast_call_running_at_end_of_input_is_killed(server):
-    marker = f"600.{uuid.uuid4().int % 10**9:09d}"
     p = face(server)
     try:
-        initialize(p, "2025-06-18")
-        call(p, 2, "echo", {})
-        raw_rpc(p, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                    "params": {"name": "marked", "arguments": {"s": marker}}})
-        wait_for(lambda: processes_with(marker))
+        marker = marked_running(p, 3)
     finally:
         close(p)
     wait_for(lambda: not processes_with(marker))

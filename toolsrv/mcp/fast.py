@@ -43,23 +43,15 @@ from typing import Any
 from mcp_types import INVALID_PARAMS, methods
 from mcp_types.jsonrpc import CONNECTION_CLOSED     # the SDK's answer to a request cut off
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp.shared.dispatcher import coerce_request_id as _key   # "7" and 7: one request
 from pydantic import ValidationError
 
 from . import extras
 from .face import Unknown
+from .server import _result
 from .stdio import LinesOut
 
 log = logging.getLogger("toolsrv.mcp")
-
-
-def _key(rid: Any) -> Any:
-    """The SDK's correlation of ids: "7" and 7 are one request."""
-    if isinstance(rid, str):
-        try:
-            return int(rid)
-        except ValueError:
-            pass
-    return rid
 
 
 class Calls:
@@ -200,7 +192,6 @@ _PARAMS = frozenset(("name", "arguments"))
 
 def _shaped(res: dict[str, Any], version: str) -> dict[str, Any]:
     """The face's result as the SDK's runner puts it on the wire for `version`."""
-    from .server import _result
     try:
         plain = dict(res)
         plain.pop("_text", None)

@@ -47,8 +47,8 @@ class Spare:
         self.sock, self.pidfd = sock, pidfd
         self.known: set[int] = set()  # the fixed path lists it has been sent
         self.kind: str | None = None
-        self.rss = 0  # bytes, as it went idle (a warm init: the launcher's memory bound)
-        self.measured = float("-inf")  # when rss was read (the loop's clock)
+        self.rss = 0  # bytes it holds (measure(): PSS, standby included), as it went idle
+        self.measured = float("-inf")  # when it was read (the loop's clock)
         self._pid: int | None = None
 
     def measure(self, now: float, every: float) -> int:

@@ -153,9 +153,7 @@ class Run:
                  code: object = None) -> None:
         self.source, self.path, self.globals, self.keep = source, path, globals_, keep
         self.code = code  # the server's compilation of exactly these bytes, or None
-        # sys.modules as the script starts: how many, and the last (a module imported
-        # since is added at the end, so the two are the same only if none was)
-        self.modules = (len(sys.modules), next(reversed(sys.modules), None))
+        self.modules = _modules_mark()  # sys.modules as the script starts
 
     def exit(self, e: SystemExit | None) -> None:
         """The script ended, or raised SystemExit: its status as the interpreter takes it."""
@@ -183,7 +181,7 @@ class Run:
         for name in reversed(list(self.globals)):  # the last defined first: a __del__
             if name != "__builtins__":             # still finds what it uses
                 del self.globals[name]
-        if (len(sys.modules), next(reversed(sys.modules), None)) != self.modules:
+        if _modules_mark() != self.modules:
             for name in [n for n in sys.modules if n not in self.keep]:
                 del sys.modules[name]
         gc.collect()
@@ -221,6 +219,12 @@ class Run:
             sys.__excepthook__(type(e), e, tb)
         # the interpreter ends by SIGINT after a KeyboardInterrupt
         self.finish(1, signal.SIGINT if isinstance(e, KeyboardInterrupt) else None)
+
+
+def _modules_mark() -> tuple:
+    """sys.modules's length and last name: a module imported since is added at the end,
+    so two marks are the same only if none was."""
+    return len(sys.modules), next(reversed(sys.modules), None)
 
 
 def _threads_to_end(threading: object) -> bool:
