@@ -15,6 +15,11 @@ importlib.resources costs 30 ms of every launch on a loaded machine, and because
 zipped install cannot serve tools at all.  `realpath` follows the editable install's link
 tree (build/__editable__.*/toolsrv/*.py are links to the checkout) back to the checkout,
 so `make run` serves the files as they are edited.
+
+The documentation (README.md, SECURITY.md and doc/*.md) is not package data: the server
+never reads it.  The wheel installs it where man pages and docs go (data_files:
+PREFIX/share/doc/toolsrv/), and `docs()` finds it for `toolsrv --help`: the checkout's
+for a checkout, the installed copy otherwise.
 """
 import os
 
@@ -22,3 +27,19 @@ PACKAGE = os.path.dirname(os.path.realpath(__file__))       # toolsrv/
 DATA = os.path.join(PACKAGE, "data")
 TOOLS = os.path.join(DATA, "tools")         # the bundled tools: the tools path's last entry
 PROFILES = os.path.join(DATA, "sandbox")    # the shipped profiles, after ~/.config/ollie/sandbox
+
+
+def docs() -> str | None:
+    """The directory that holds README.md and doc/: the checkout (an editable install's
+    package is the checkout's), else PREFIX/share/doc/toolsrv of the installation the
+    package is in (a venv, the system, or pip's --user base); None when neither is there."""
+    import site
+    import sysconfig
+    up = os.path.dirname(PACKAGE)
+    if os.path.isfile(os.path.join(up, "doc", "toolsrv.4.md")):
+        return up
+    lib_up = os.path.join(up, os.pardir, os.pardir, os.pardir)   # up: PREFIX/lib/pyX/site-packages
+    for base in (lib_up, sysconfig.get_path("data"), getattr(site, "USER_BASE", None)):
+        if base and os.path.isfile(os.path.join(base, "share", "doc", "toolsrv", "README.md")):
+            return os.path.normpath(os.path.join(base, "share", "doc", "toolsrv"))
+    return None

@@ -174,8 +174,9 @@ def test_a_sandbox_refusal_of_a_bundled_tool_says_so(served):
         os.chmod(d, 0o755)
         r = run(env, "call", "--cwd", d, "sb", "me", "file_read", '{"path": "/etc/hostname"}')
     assert r.returncode == 1
-    assert ("permission denied: /etc/hostname (outside this session's sandbox grants; see "
-            "doc/sandbox.md)") in r.stderr, r.stderr
+    assert ("permission denied: /etc/hostname (outside this session's sandbox grants: "
+            "`toolsrv sandbox check` lists them, doc/sandbox.md says how to grant more)") \
+        in r.stderr, r.stderr
 
 
 # ------------------------------------------------------------------ 3. a tool's own words
@@ -244,6 +245,16 @@ def test_help_lists_import_mcp():
     r = subprocess.run(TOOLSRV + ["--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "import-mcp" in r.stdout
     assert "sandbox profile it needs" in r.stdout
+
+
+def test_help_says_where_the_documentation_is():
+    """From the checkout, the checkout's pages; an installed wheel's (PREFIX/share/doc/
+    toolsrv) is checked by tests/deploy/check.sh."""
+    r = subprocess.run(TOOLSRV + ["--help"], capture_output=True, text=True, timeout=60)
+    line = [x for x in r.stdout.splitlines() if x.startswith("documentation: ")]
+    assert line == [f"documentation: {REPO}/README.md, {REPO}/doc/"], r.stdout
+    assert os.path.isfile(os.path.join(REPO, "doc", "sandbox.md"))
+    assert "man 4 toolsrv" in r.stdout
 
 
 def test_qid_version_and_mtime_move_with_the_content(served):

@@ -110,8 +110,16 @@ for sub in ("tools", "sandbox"):
         got = os.stat(os.path.join(b.DATA, sub, name)).st_mode   # FileNotFoundError: missing
         assert bool(want & stat.S_IXUSR) == bool(got & stat.S_IXUSR), f"{sub}/{name}: mode"
 print("package data: ok", b.DATA)
+docs = b.docs()            # the documentation, beside the man pages (data_files)
+assert docs == os.path.join(sys.prefix, "share", "doc", "toolsrv"), (docs, sys.prefix)
+pages = sorted(n for n in os.listdir(os.path.join(src, "..", "..", "doc")) if n.endswith(".md"))
+for page in ["README.md", "SECURITY.md"] + ["doc/" + n for n in pages]:
+    assert os.path.isfile(os.path.join(docs, page)), f"{page} not installed in {docs}"
+print("documentation: ok", docs)
 EOF
-step "package data installed, modes kept; no top-level proto"
+"$V/toolsrv" --help | grep -qF "documentation: $(dirname "$V")/share/doc/toolsrv/README.md" \
+    || fail "toolsrv --help does not say where the installed documentation is"
+step "package data and documentation installed, modes kept; no top-level proto"
 
 # --- the quick start, in a fresh HOME ------------------------------------------------------
 export HOME=$T/home

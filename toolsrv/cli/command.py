@@ -61,12 +61,22 @@ VERBS = ("serve", "ls", "read", "write", "rdwr", "stat", "mkdir", "rm", "call", 
          "sandbox", "approve", "mount", "umount", "import-mcp", "mcp")
 
 
+def _docs_line() -> str:
+    """The full parser's epilog: where the manual pages and the documentation are."""
+    from ..bundled import docs
+    d = docs()
+    where = f"{d}/README.md, {d}/doc/" if d else "README.md and doc/ in the source"
+    return f"manual: man toolsrv (the command), man 4 toolsrv (the files)\ndocumentation: {where}"
+
+
 def build_parser(only: str | None = None,
                  cls: type[argparse.ArgumentParser] | None = None) -> argparse.ArgumentParser:
     """The command's parser; with `only`, the subcommand of that verb alone (see parse)."""
     import argparse
     ap = (cls or argparse.ArgumentParser)(prog="toolsrv",
-                                          description="a 9P2000 server of tools for agents")
+                                          description="a 9P2000 server of tools for agents",
+                                          epilog=_docs_line() if only is None else None,
+                                          formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="verb", required=True)
     if only in (None, "serve"):
         _serve_parser(sub.add_parser("serve", help="run the server"))
