@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import cProfile
+import inspect
 import pstats
 import shutil
 import sys
@@ -59,9 +60,12 @@ async def start_app(tools: str) -> Any:
     atexit.register(shutil.rmtree, tmp, True)
     app = App(Options(addrs=[f"unix!{tmp}/ns/toolsrv"], tools=[tools], state_dir=f"{tmp}/st"))
     await app.start()
-    app.store.create("s")
-    app.store.create_agent(app.store.sessions["s"], "a")
-    app.calls.apply(app.store.sessions["s"].agents["a"], "tool_load echo")
+    for made in (lambda: app.store.create("s"),     # with a state writer: awaitables
+                 lambda: app.store.create_agent(app.store.sessions["s"], "a"),
+                 lambda: app.calls.apply(app.store.sessions["s"].agents["a"], "tool_load echo")):
+        got = made()
+        if inspect.isawaitable(got):
+            await got
     return app
 
 
