@@ -142,6 +142,31 @@ def test_mount_without_9pfuse_says_how_to_get_it(tmp_path):
     assert "9pfuse not found" in r.stderr and "plan9port" in r.stderr
 
 
+def test_mount_refused_the_fuse_device_says_whose_it_is(tmp_path):
+    """9pfuse's own words come back, and when they say the device was refused, the
+    device's mode and owner and what FUSE needs (a fake 9pfuse says what fusermount
+    says to a user who may not open /dev/fuse)."""
+    from toolsrv.cli.mount import fuse_hint
+    bin_ = tmp_path / "plan9" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "9pfuse").write_text("#!/bin/sh\necho 'fusermount: failed to open /dev/fuse: "
+                                 "Permission denied' >&2\nexit 1\n")
+    (bin_ / "9pfuse").chmod(0o755)
+    env = dict(os.environ, PATH="/usr/bin:/bin", PLAN9=str(tmp_path / "plan9"))
+    r = run(env, "mount", str(tmp_path / "m"))
+    assert r.returncode == 1
+    assert "9pfuse exited with status 1: fusermount: failed to open /dev/fuse: " \
+        "Permission denied" in r.stderr, r.stderr
+    if os.path.exists("/dev/fuse"):
+        assert "/dev/fuse is mode " in r.stderr and "0666" in r.stderr, r.stderr
+    dev = tmp_path / "fuse"
+    dev.write_text("")
+    dev.chmod(0o600)
+    hint = fuse_hint(f"fusermount: failed to open {dev}: Permission denied", str(dev))
+    assert hint.startswith(f" ({dev} is mode 0600, owner uid {os.getuid()}: "), hint
+    assert fuse_hint("fusermount: mount failed: Operation not permitted", str(dev)) == ""
+
+
 def test_sigterm_is_graceful(tmp_path):
     home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
     env = dict(os.environ, HOME=home, NAMESPACE=os.path.join(home, "ns"),

@@ -64,9 +64,22 @@ def mount(addr: str, mountpoint: str, wait: float = 10.0) -> str:
                 errs.seek(0)
                 why = " ".join(errs.read(2000).decode(errors="replace").split())
                 raise RuntimeError(f"toolsrv: 9pfuse exited with status {proc.returncode}"
-                                   + (f": {why}" if why else ""))
+                                   + (f": {why}" if why else "") + fuse_hint(why))
             time.sleep(0.05)
     raise RuntimeError(f"toolsrv: {mountpoint} did not appear as a mount within {wait:g}s")
+
+
+def fuse_hint(why: str, dev: str = "/dev/fuse") -> str:
+    """What to do when 9pfuse could not open the FUSE device: it is the host's to grant."""
+    if dev not in why or "Permission denied" not in why:
+        return ""
+    try:
+        st = os.stat(dev)
+    except OSError:
+        return ""
+    return (f" ({dev} is mode {st.st_mode & 0o777:04o}, owner uid {st.st_uid}: FUSE "
+            f"for this user needs it readable and writable by them, as udev's default "
+            f"rules make it (0666); or mount as its owner)")
 
 
 def umount(mountpoint: str) -> None:
