@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -176,5 +177,28 @@ def test_listen_any_with_a_token_serves(server, tmp_path):
                 return await s.call_tool("echo", {"any": 1})
         assert anyio.run(go).is_error is False
         assert "bearer token required" in f.stderr()
+    finally:
+        f.stop()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_http_face_gracefully(server, sig):
+    """SIGTERM or SIGINT with a client session open (its stream listening): the face
+    stops uvicorn gracefully and ends with status 0, its own cleanup done, and prints no
+    traceback (uvicorn's own handling printed the lifespan's CancelledError, or re-raised
+    SIGTERM and died by it, status -15)."""
+    f = HttpFace("-a", server.addr, "--http", "127.0.0.1:0", "--no-token")
+    try:
+        async def go():
+            async with http_face(f.url) as s:
+                assert (await s.call_tool("echo", {"before": "the signal"})).is_error is False
+                f.p.send_signal(sig)
+                return await anyio.to_thread.run_sync(f.p.wait, 60)
+        try:
+            rc = anyio.run(go)
+        except BaseException:         # the session's end after the face went: not the test
+            rc = f.p.wait(60)
+        assert rc == 0, f.stderr()
+        assert "Traceback" not in f.stderr() and "Error" not in f.stderr(), f.stderr()
     finally:
         f.stop()

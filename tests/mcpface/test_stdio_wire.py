@@ -91,3 +91,37 @@ def test_a_file_as_stdin_falls_back_to_the_sdks_transport(server, tmp_path):
         finally:
             assert p.wait(30) == 0
             p.stdout.close()
+
+
+def test_dev_null_as_stdin_ends_the_face_at_once_and_quietly(server):
+    """/dev/null is a character device that epoll refuses (EPERM): the loop's pipe
+    transport would only log that and leave the face waiting forever, so it goes to the
+    SDK's transport, which reads end of file at once.  Nothing on stderr but the face's
+    own words: no traceback, and no warning of the SDK's (the roots capability it warns
+    about is deprecated in the 2026 era only)."""
+    p = subprocess.Popen([*FACE, "-a", server.addr], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(),
+                         cwd=tempfile.gettempdir())
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        raise AssertionError(f"the face did not end at end of file: {err.decode()!r}")
+    assert p.returncode == 0, err.decode()
+    assert out == b""
+    assert b"Traceback" not in err and b"Warning" not in err, err.decode()
+
+
+def test_watchable_asks_the_kernel():
+    from toolsrv.mcp.stdio import _watchable
+    r, w = os.pipe()
+    fd = os.open(os.devnull, os.O_RDONLY)
+    try:
+        assert _watchable(r) and _watchable(w)
+        assert not _watchable(fd)                     # a character device epoll refuses
+        with tempfile.TemporaryFile() as f:
+            assert not _watchable(f.fileno())         # a regular file
+    finally:
+        for x in (r, w, fd):
+            os.close(x)

@@ -21,9 +21,16 @@ stream either) for --idle-timeout seconds, and refuses a new one (503) while
 --max-sessions are open; each one's end removes its seat (server.py), so abandoned
 clients never pile up in the tree.  The listening socket is bound here, before uvicorn
 starts, so the port (0: any free one) is known and printed at once.
+
+Stopping: uvicorn handles no signal itself (its handler raced run.py's and re-raised
+SIGTERM after its shutdown, killing the face before its cleanup).  run.py's SIGTERM or
+SIGINT calls `wiring.stop`: the gate tells every open request that its client went away
+(http.disconnect), so listening streams end at once, and uvicorn shuts down gracefully
+(STOP_GRACE seconds at most); the face then ends as over stdio, with exit status 0.
 """
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import json
@@ -117,6 +124,37 @@ class Gate:
                  where: str = "its token file") -> None:
         self.app, self.port, self.loopback, self.where = app, port, loopback, where
         self.want = b"Bearer " + token if token else None
+        self.stopping: Any = None          # an anyio.Event once serving: set by stop()
+
+    def stop(self) -> None:
+        """The face is stopping: every open request hears that its client went away (an
+        ASGI http.disconnect), so a listening stream or a response still streaming ends
+        cleanly before uvicorn's grace runs out, instead of being cancelled with a
+        traceback in the log.  The calls they carried end with the sessions."""
+        if self.stopping is not None:
+            self.stopping.set()
+
+    def _or_gone(self, receive: Any) -> Any:
+        import anyio
+        if self.stopping is None:
+            self.stopping = anyio.Event()
+        stopping = self.stopping
+
+        async def recv() -> dict[str, Any]:
+            got: list[dict[str, Any]] = []
+            if not stopping.is_set():
+                async with anyio.create_task_group() as tg:
+                    async def real() -> None:
+                        got.append(await receive())
+                        tg.cancel_scope.cancel()
+
+                    async def stop() -> None:
+                        await stopping.wait()
+                        tg.cancel_scope.cancel()
+                    tg.start_soon(real)
+                    tg.start_soon(stop)
+            return got[0] if got else {"type": "http.disconnect"}
+        return recv
 
     def ours(self, scope: dict[str, Any]) -> set[str]:
         """The host:port forms that name this face, as the request reached it."""
@@ -146,7 +184,7 @@ class Gate:
                                      "header `Authorization: Bearer <token>`, the token being "
                                      f"the text of {self.where}" if not got else
                                      "unauthorized: wrong bearer token")
-        await self.app(scope, receive, send)
+        await self.app(scope, self._or_gone(receive), send)
 
 
 async def _refuse(send: Any, status: int, why: str) -> None:
@@ -204,8 +242,33 @@ async def serve_http(wiring: Wiring, listen: Listen) -> None:
              " (--no-token: any local user can connect)"),
           file=sys.stderr, flush=True)
     gate = Gate(app, token, port, is_loopback(host), listen.token_file or "")
-    config = uvicorn.Config(gate, log_level="warning", lifespan="on", access_log=False)
+    config = uvicorn.Config(gate, log_level="warning", lifespan="on", access_log=False,
+                            timeout_graceful_shutdown=STOP_GRACE)
+    server = _quiet_uvicorn(config)
+    wiring.stop = lambda: (gate.stop(), setattr(server, "should_exit", True))
     try:
-        await uvicorn.Server(config).serve(sockets=[sock])
+        await server.serve(sockets=[sock])
     finally:
+        wiring.stop = None
         sock.close()
+
+
+STOP_GRACE = 5.0     # seconds open requests and streams get once SIGTERM or SIGINT came
+
+
+def _quiet_uvicorn(config: Any) -> Any:
+    """A uvicorn server with no signal handling of its own.  Its own would race run.py's
+    (cancelling it mid-shutdown printed the lifespan's CancelledError traceback) and
+    re-raise the signal after its shutdown (SIGTERM then killed the process before the
+    face's own cleanup).  run.py's handler sets should_exit instead (wiring.stop): the same
+    graceful stop, then the face ends as it does over stdio, with exit status 0."""
+    import uvicorn
+
+    class Quiet(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Any:      # uvicorn >= 0.29
+            yield
+
+        def install_signal_handlers(self) -> None:    # older uvicorn
+            pass
+    return Quiet(config)

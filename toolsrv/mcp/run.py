@@ -168,7 +168,7 @@ async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(face.watch, wiring.changed)
-            tg.start_soon(_stop_on_signal, tg.cancel_scope)
+            tg.start_soon(_stop_on_signal, tg.cancel_scope, wiring)
             if http is not None:
                 from .http import serve_http
                 await serve_http(wiring, http)
@@ -187,11 +187,17 @@ async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
     return 0
 
 
-async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+async def _stop_on_signal(scope: anyio.CancelScope, wiring: Any) -> None:
+    """SIGTERM or SIGINT ends the face.  Over HTTP the first asks uvicorn to stop
+    (wiring.stop: open requests and streams get http.STOP_GRACE seconds), a second one
+    cancels it; over stdio the first cancels."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for _ in signals:
-            scope.cancel()
-            return
+            stop, wiring.stop = getattr(wiring, "stop", None), None
+            if stop is None:
+                scope.cancel()
+                return
+            stop()
 
 
 def _names(tools: str | None) -> list[str] | None:

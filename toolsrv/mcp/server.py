@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import warnings
 from typing import Any
 
 import anyio
@@ -97,16 +98,20 @@ class Wiring:
         self.notes = NotificationOptions(tools_changed=True, prompts_changed=True)
         self.subscribed: set[int] = set()   # connections subscribed to the log
         self.fast: Any = None               # fast.py's Calls, over stdio
-        self.server: Server[Any] = Server(
-            "toolsrv", version=_version(),
-            instructions=INSTRUCTIONS + (SEARCH_INSTRUCTIONS if face.search else "")
-            + standalone_instructions(getattr(face, "standalone", None)),
-            on_list_tools=self.list_tools, on_call_tool=self.call_tool,
-            on_list_prompts=self.list_prompts, on_get_prompt=self.get_prompt,
-            on_list_resources=self.list_resources, on_read_resource=self.read_resource,
-            on_subscribe_resource=self.subscribe, on_unsubscribe_resource=self.unsubscribe,
-            on_roots_list_changed=self.roots_changed,
-            on_subscriptions_listen=ListenHandler(self.bus))
+        self.stop: Any = None               # http.py: ask uvicorn to stop (a signal came)
+        with warnings.catch_warnings():   # roots: deprecated in the 2026 era (SEP-2577) only
+            warnings.filterwarnings("ignore", "The roots capability is deprecated")
+            self.server: Server[Any] = Server(
+                "toolsrv", version=_version(),
+                instructions=INSTRUCTIONS + (SEARCH_INSTRUCTIONS if face.search else "")
+                + standalone_instructions(getattr(face, "standalone", None)),
+                on_list_tools=self.list_tools, on_call_tool=self.call_tool,
+                on_list_prompts=self.list_prompts, on_get_prompt=self.get_prompt,
+                on_list_resources=self.list_resources, on_read_resource=self.read_resource,
+                on_subscribe_resource=self.subscribe,
+                on_unsubscribe_resource=self.unsubscribe,
+                on_roots_list_changed=self.roots_changed,
+                on_subscriptions_listen=ListenHandler(self.bus))
         self.server.middleware.append(self._meet)
         # the capabilities are the same on every transport: HTTP's session manager asks
         # for the default options, which would say listChanged: false

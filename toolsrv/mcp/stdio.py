@@ -8,7 +8,7 @@ descriptors (close-on-exec), fd 0 pointed at /dev/null and fd 1 at stderr while 
 serves, as the SDK does, so nothing a handler or a child writes can tear a frame; then
 stdin read by asyncio's pipe transport a line at a time, and stdout written through its
 write transport, waiting for the pipe to drain only past a high-water mark.  A stdin or
-stdout the loop cannot watch (a regular file) gets None: the caller falls back to the
+stdout the loop cannot watch (a regular file, /dev/null) gets None: the caller falls back to the
 SDK's own transport.  On exit the descriptors are put back.  A `tap` (fast.py) sees each
 line first and keeps the steady-state tools/call it answers itself.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import stat
 import sys
 from typing import Any, AsyncIterator, Callable
@@ -64,11 +65,26 @@ class LinesOut:
 
 
 def _watchable(fd: int) -> bool:
+    """Whether epoll takes fd: a pipe, a socket, a terminal; not a regular file, and not
+    every character device (/dev/null: EPERM, which the loop would only log, leaving the
+    face waiting for a line that never comes), so the kernel is asked."""
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
         return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+        return False
+    try:
+        ep = select.epoll()
+    except (AttributeError, OSError):   # no epoll: what the mode says
+        return True
+    try:
+        ep.register(fd, select.EPOLLIN)
+        return True
+    except OSError:
+        return False
+    finally:
+        ep.close()
 
 
 @contextlib.asynccontextmanager
