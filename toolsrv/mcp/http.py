@@ -130,7 +130,7 @@ class Gate:
         """The face is stopping: every open request hears that its client went away (an
         ASGI http.disconnect), so a listening stream or a response still streaming ends
         cleanly before uvicorn's grace runs out, instead of being cancelled with a
-        traceback in the log.  The calls they carried end with the sessions."""
+        traceback in the log."""
         if self.stopping is not None:
             self.stopping.set()
 
