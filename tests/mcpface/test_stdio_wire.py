@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import tempfile
 
@@ -125,3 +126,24 @@ def test_watchable_asks_the_kernel():
     finally:
         for x in (r, w, fd):
             os.close(x)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_the_face_while_the_client_keeps_stdin_open(server, sig):
+    """The transport's stdin reader waits for a line the client never sends: a signal
+    cancels it along with the face, which ends with status 0 (it waited for ever)."""
+    p = subprocess.Popen([*FACE, "-a", server.addr], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(),
+                         cwd=tempfile.gettempdir())
+    try:
+        raw_initialize(p)                  # serving: its signal handler is in place
+        p.send_signal(sig)
+        assert p.wait(60) == 0
+        assert b"Traceback" not in p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdin.close()
+        p.stdout.close()
+        p.stderr.close()

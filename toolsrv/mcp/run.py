@@ -114,8 +114,13 @@ async def _main(args: Any, http: Any) -> int:
     from .stdio import wire
     async with wire() as ours:           # the loop's own pipes, where it can watch them
         mine = {"stdin": ours[0], "stdout": ours[1]} if ours else {}
-        async with stdio_server(**mine) as streams:
-            return await _serve(args, (nine, addr, local), streams, None, ours)
+        # a signal ends the transport's stdin reader too: its task group would otherwise
+        # wait for a line, or end of file, that a client keeping stdin open never sends
+        with anyio.CancelScope() as reading:
+            async with stdio_server(**mine) as streams:
+                return await _serve(args, (nine, addr, local), streams, None, ours,
+                                    reading)
+    return 0                             # stopped by a signal
 
 
 def _tls(args: Any) -> Any:
@@ -147,7 +152,7 @@ async def _connect(args: Any) -> tuple[NineP, str, Local | None]:
 
 
 async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
-                 http: Any, lines: Any = None) -> int:
+                 http: Any, lines: Any = None, reading: Any = None) -> int:
     from .server import Wiring
     nine, addr, local = got
 
@@ -168,7 +173,7 @@ async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(face.watch, wiring.changed)
-            tg.start_soon(_stop_on_signal, tg.cancel_scope, wiring)
+            tg.start_soon(_stop_on_signal, tg.cancel_scope, wiring, reading)
             if http is not None:
                 from .http import serve_http
                 await serve_http(wiring, http)
@@ -187,15 +192,18 @@ async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
     return 0
 
 
-async def _stop_on_signal(scope: anyio.CancelScope, wiring: Any) -> None:
+async def _stop_on_signal(scope: anyio.CancelScope, wiring: Any,
+                          reading: anyio.CancelScope | None = None) -> None:
     """SIGTERM or SIGINT ends the face.  Over HTTP the first asks uvicorn to stop
     (wiring.stop: open requests and streams get http.STOP_GRACE seconds), a second one
-    cancels it; over stdio the first cancels."""
+    cancels it; over stdio the first cancels the face and its stdin reader (`reading`)."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for _ in signals:
             stop, wiring.stop = getattr(wiring, "stop", None), None
             if stop is None:
                 scope.cancel()
+                if reading is not None:
+                    reading.cancel()
                 return
             stop()
 
