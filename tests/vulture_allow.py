@@ -27,3 +27,6 @@ _.fast_builds
 
 # toolsrv/tree/resident/pyhost.py: the call's __main__ gets the attributes CPython gives a script's
 _.__cached__
+
+# toolsrv/mcp/http.py: uvicorn.Server.capture_signals, overridden (uvicorn calls it in serve)
+_.capture_signals

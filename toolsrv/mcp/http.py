@@ -266,9 +266,6 @@ def _quiet_uvicorn(config: Any) -> Any:
 
     class Quiet(uvicorn.Server):
         @contextlib.contextmanager
-        def capture_signals(self) -> Any:      # uvicorn >= 0.29
+        def capture_signals(self) -> Any:      # uvicorn >= 0.29 (the SDK needs 0.31.1)
             yield
-
-        def install_signal_handlers(self) -> None:    # older uvicorn
-            pass
     return Quiet(config)
