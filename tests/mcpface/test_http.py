@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 
 import anyio
@@ -200,5 +201,37 @@ def test_a_signal_stops_the_http_face_gracefully(server, sig):
             rc = f.p.wait(60)
         assert rc == 0, f.stderr()
         assert "Traceback" not in f.stderr() and "Error" not in f.stderr(), f.stderr()
+    finally:
+        f.stop()
+
+
+def test_a_sigterm_with_a_call_running_ends_the_face_and_kills_the_run(server):
+    """A call in flight when SIGTERM comes: its response is told its client went away,
+    the session ends, the face exits 0 without a
+    traceback, and the tool's process is killed (the run's 9P read is flushed)."""
+    marker = f"600.{uuid.uuid4().int % 10**9:09d}"
+    f = HttpFace("-a", server.addr, "--http", "127.0.0.1:0", "--no-token")
+    try:
+        async def go():
+            async with http_face(f.url) as s:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(s.call_tool, "marked", {"s": marker})
+                    with anyio.fail_after(30):
+                        while not processes_with(marker):
+                            await anyio.sleep(0.02)
+                    f.p.send_signal(signal.SIGTERM)
+                    rc = await anyio.to_thread.run_sync(f.p.wait, 60)
+                    tg.cancel_scope.cancel()
+                return rc
+        try:
+            rc = anyio.run(go)
+        except BaseException:
+            rc = f.p.wait(60)
+        assert rc == 0, f.stderr()
+        assert "Traceback" not in f.stderr(), f.stderr()
+        end = time.monotonic() + 30
+        while processes_with(marker) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert processes_with(marker) == []
     finally:
         f.stop()
