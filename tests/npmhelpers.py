@@ -47,5 +47,5 @@ def npm_prefix(name: str, packages: list[str], installed: str, test: str) -> str
             if any(w in said for w in UNREACHABLE):
                 _registry_down.append(said[-300:])
             pytest.skip(f"npm could not install {' '.join(packages)} (offline?): "
-                        f"{(p.stderr or p.stdout).strip()[-300:]}")
+                        f"{said[-300:]}")
     return prefix

@@ -32,14 +32,10 @@ PROFILES = os.path.join(DATA, "sandbox")    # the shipped profiles, after ~/.con
 def docs() -> str | None:
     """The directory that holds README.md and doc/: the checkout (an editable install's
     package is the checkout's), else PREFIX/share/doc/toolsrv of the installation the
-    package is in (a venv, the system, or pip's --user base); None when neither is there."""
-    import site
-    import sysconfig
+    package is in (a venv, the system, or pip's --user base: the package's parent is
+    PREFIX/lib/pythonX.Y/site-packages for each); None when neither is there."""
     up = os.path.dirname(PACKAGE)
     if os.path.isfile(os.path.join(up, "doc", "toolsrv.4.md")):
         return up
-    lib_up = os.path.join(up, os.pardir, os.pardir, os.pardir)   # up: PREFIX/lib/pyX/site-packages
-    for base in (lib_up, sysconfig.get_path("data"), getattr(site, "USER_BASE", None)):
-        if base and os.path.isfile(os.path.join(base, "share", "doc", "toolsrv", "README.md")):
-            return os.path.normpath(os.path.join(base, "share", "doc", "toolsrv"))
-    return None
+    installed = os.path.normpath(os.path.join(up, *[os.pardir] * 3, "share", "doc", "toolsrv"))
+    return installed if os.path.isfile(os.path.join(installed, "README.md")) else None

@@ -124,36 +124,30 @@ class Gate:
                  where: str = "its token file") -> None:
         self.app, self.port, self.loopback, self.where = app, port, loopback, where
         self.want = b"Bearer " + token if token else None
-        self.stopping: Any = None          # an anyio.Event once serving: set by stop()
+        self.stopping = False
+        self.waiting: set[Any] = set()     # the cancel scopes of receives waiting now
 
     def stop(self) -> None:
         """The face is stopping: every open request hears that its client went away (an
         ASGI http.disconnect), so a listening stream or a response still streaming ends
         cleanly before uvicorn's grace runs out, instead of being cancelled with a
         traceback in the log."""
-        if self.stopping is not None:
-            self.stopping.set()
+        self.stopping = True
+        for scope in self.waiting:
+            scope.cancel()
 
     def _or_gone(self, receive: Any) -> Any:
         import anyio
-        if self.stopping is None:
-            self.stopping = anyio.Event()
-        stopping = self.stopping
 
         async def recv() -> dict[str, Any]:
-            got: list[dict[str, Any]] = []
-            if not stopping.is_set():
-                async with anyio.create_task_group() as tg:
-                    async def real() -> None:
-                        got.append(await receive())
-                        tg.cancel_scope.cancel()
-
-                    async def stop() -> None:
-                        await stopping.wait()
-                        tg.cancel_scope.cancel()
-                    tg.start_soon(real)
-                    tg.start_soon(stop)
-            return got[0] if got else {"type": "http.disconnect"}
+            if not self.stopping:
+                with anyio.CancelScope() as scope:
+                    self.waiting.add(scope)
+                    try:
+                        return await receive()
+                    finally:
+                        self.waiting.discard(scope)
+            return {"type": "http.disconnect"}
         return recv
 
     def ours(self, scope: dict[str, Any]) -> set[str]:

@@ -173,7 +173,7 @@ async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(face.watch, wiring.changed)
-            tg.start_soon(_stop_on_signal, tg.cancel_scope, wiring, reading)
+            tg.start_soon(_stop_on_signal, reading or tg.cancel_scope, wiring)
             if http is not None:
                 from .http import serve_http
                 await serve_http(wiring, http)
@@ -192,18 +192,16 @@ async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
     return 0
 
 
-async def _stop_on_signal(scope: anyio.CancelScope, wiring: Any,
-                          reading: anyio.CancelScope | None = None) -> None:
+async def _stop_on_signal(scope: anyio.CancelScope, wiring: Any) -> None:
     """SIGTERM or SIGINT ends the face.  Over HTTP the first asks uvicorn to stop
     (wiring.stop: open requests and streams get http.STOP_GRACE seconds), a second one
-    cancels it; over stdio the first cancels the face and its stdin reader (`reading`)."""
+    cancels `scope`; over stdio the first cancels it: the scope around the face and its
+    transport's stdin reader (_main's `reading`)."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for _ in signals:
-            stop, wiring.stop = getattr(wiring, "stop", None), None
+            stop, wiring.stop = wiring.stop, None
             if stop is None:
                 scope.cancel()
-                if reading is not None:
-                    reading.cancel()
                 return
             stop()
 

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import os
 import select
-import stat
 import sys
 from typing import Any, AsyncIterator, Callable
 
@@ -65,26 +64,15 @@ class LinesOut:
 
 
 def _watchable(fd: int) -> bool:
-    """Whether epoll takes fd: a pipe, a socket, a terminal; not a regular file, and not
-    every character device (/dev/null: EPERM, which the loop would only log, leaving the
-    face waiting for a line that never comes), so the kernel is asked."""
-    try:
-        mode = os.fstat(fd).st_mode
-    except OSError:
-        return False
-    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
-        return False
-    try:
-        ep = select.epoll()
-    except (AttributeError, OSError):   # no epoll: what the mode says
-        return True
-    try:
-        ep.register(fd, select.EPOLLIN)
-        return True
-    except OSError:
-        return False
-    finally:
-        ep.close()
+    """Whether epoll takes fd, as the loop will ask it: a pipe, a socket, a terminal; not a
+    regular file, nor /dev/null (EPERM both, which the loop would only log, leaving the
+    face waiting for a line that never comes), nor a closed fd."""
+    with select.epoll() as ep:
+        try:
+            ep.register(fd, select.EPOLLIN)
+        except OSError:
+            return False
+    return True
 
 
 @contextlib.asynccontextmanager
