@@ -76,6 +76,14 @@ def test_a_hung_command_hits_its_timeout_and_the_shell_lives_on(srv):
         assert out.endswith("[exit 143]")
         assert wait_for(lambda: not processes_with(f"sleep\x00{LONG}\x00"), 60)   # killed
         assert sh(c, a, "echo $K") == "kept\n[exit 0]"
+        # the timeout stops the whole command line, not only what ran then: nothing after
+        # the killed sleep runs, nor the rest of a loop of builtins; the shell lives on
+        out = sh(c, a, f"sleep {LONG}; echo after > marker; echo ran", timeout=0.5)
+        assert "ran" not in out and out.endswith("[exit 143]")
+        out = sh(c, a, "n=0; while :; do n=$((n+1)); done; echo past-loop", timeout=0.3)
+        assert "past-loop" not in out and out.endswith("[exit 143]")
+        assert sh(c, a, "test -e marker || echo none; echo $K") == "none\nkept\n[exit 0]"
+        assert sh(c, a, "f() { return 3; }; f") == "[exit 3]"
         # a command that ignores SIGTERM ends the shell: a new one, and the answer says so
         out = sh(c, a, "trap '' TERM; while :; do :; done", timeout=0.3)
         assert "the shell was killed and a new one started" in out
