@@ -167,6 +167,43 @@ def test_approval_broker_refuses_a_socket_directory_not_ours(tmp):
     assert f"toolsrv approve: {d}: owned by uid {NOBODY} (nobody)" in err
 
 
+def test_approval_broker_leaves_the_mode_of_a_directory_of_ours_alone(tmp):
+    """--socket in a directory the user already has: its mode is theirs (an 0755 project
+    directory stays 0755, the socket itself is 0600); one that others may write is
+    refused, not chmodded; a missing one is made 0700."""
+    mine, shared, new = (os.path.join(tmp, n) for n in ("mine", "shared", "new"))
+    os.mkdir(mine, 0o755)
+    os.mkdir(shared)
+    os.chmod(shared, 0o777)
+    sock = os.path.join(mine, "approve.sock")
+    p = subprocess.Popen([sys.executable, "-m", "toolsrv", "approve", "--allow", "x",
+                          "--socket", sock], cwd=OUTSIDE, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: os.path.exists(sock) or p.poll() is not None, 30)
+        assert os.path.exists(sock), p.stderr.read()
+        assert oct(os.stat(mine).st_mode & 0o7777) == oct(0o755)
+        assert oct(os.stat(sock).st_mode & 0o777) == oct(0o600)
+    finally:
+        p.terminate()
+        p.communicate(timeout=30)
+    err = refusal([sys.executable, "-m", "toolsrv", "approve", "--allow", "x",
+                   "--socket", os.path.join(shared, "approve.sock")], timeout=10)
+    assert f"toolsrv approve: {shared}: writable by others (mode 0777; permission denied)" in err
+    assert oct(os.stat(shared).st_mode & 0o7777) == oct(0o777)
+    p = subprocess.Popen([sys.executable, "-m", "toolsrv", "approve", "--allow", "x",
+                          "--socket", os.path.join(new, "approve.sock")], cwd=OUTSIDE,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: os.path.exists(os.path.join(new, "approve.sock"))
+                        or p.poll() is not None, 30)
+        assert oct(os.stat(new).st_mode & 0o7777) == oct(0o700)
+    finally:
+        p.terminate()
+        p.communicate(timeout=30)
+
+
 # --------------------------------------------------------------------- the sweep
 
 class Server:

@@ -139,8 +139,9 @@ def approve_main(argv: list[str]) -> int:
     path = opts.socket or default_socket_path()
     from ..dirs.trusted import Untrusted, open_dir
     try:    # whoever can change the socket's directory could answer in the broker's place
-        open_dir(os.path.dirname(os.path.abspath(path)), 0o700,
-                 "remove it, or give --socket in a directory of your own").close()
+        open_dir(os.path.dirname(os.path.abspath(path)), 0o700,     # made 0700 if missing;
+                 "give --socket in a directory of your own that no one else may write",
+                 fix_mode=False).close()                              # a user's is left as is
     except Untrusted as e:
         print(f"toolsrv approve: {e}", file=sys.stderr)
         return 1

@@ -14,7 +14,9 @@ directory and proves it ours, or raises `Untrusted`:
   when missing, as are missing directories above it, 0700): a symlink or anything but a
   directory is refused, never followed;
 - it is owned by our euid and not sticky (a sticky directory such as /tmp is shared,
-  never ours alone); its mode is then set to exactly `mode` (it is ours to fix).
+  never ours alone); its mode is then set to exactly `mode` (it is ours to fix), or, with
+  fix_mode=False (a directory the user named, such as `toolsrv approve --socket`'s), left
+  as it is and refused if anyone else may write in it.
 
 The walk holds each directory's fd while it opens the next, so what was checked is what
 is opened.  Everything below a `Dir` is made, chowned, listed and removed through its fd
@@ -91,10 +93,11 @@ class Dir:
             self.fd = -1
 
 
-def open_dir(path: str, mode: int, todo: str = "remove it and start again") -> Dir:
+def open_dir(path: str, mode: int, todo: str = "remove it and start again",
+             fix_mode: bool = True) -> Dir:
     """The directory at `path`, proved ours (see the header), made with `mode` when
-    missing; raises Untrusted, whose message ends with `todo` when the directory itself
-    is the problem."""
+    missing (and set to it when found, unless not fix_mode); raises Untrusted, whose
+    message ends with `todo` when the directory itself is the problem."""
     path = os.path.abspath(path)
     parent, name = os.path.split(path)
     if not name:
@@ -110,7 +113,7 @@ def open_dir(path: str, mode: int, todo: str = "remove it and start again") -> D
                 os.close(fd)
                 fd = nfd
                 _check_above(fd, where, path)
-        return _open_last(fd, path, name, mode, todo)
+        return _open_last(fd, path, name, mode, todo, fix_mode)
     finally:
         os.close(fd)
 
@@ -146,7 +149,8 @@ def _check_above(fd: int, where: str, path: str) -> None:
     raise Untrusted(f"{path}: {why} (permission denied); {ELSEWHERE}")
 
 
-def _open_last(fd: int, path: str, name: str, mode: int, todo: str) -> Dir:
+def _open_last(fd: int, path: str, name: str, mode: int, todo: str,
+               fix_mode: bool = True) -> Dir:
     try:
         try:
             dfd = os.open(name, DIR_FLAGS, dir_fd=fd)
@@ -169,10 +173,13 @@ def _open_last(fd: int, path: str, name: str, mode: int, todo: str) -> Dir:
         why = f"owned by {_who(st.st_uid)}, not {_who(os.geteuid())} (permission denied); {todo}"
     elif st.st_mode & stat.S_ISVTX:    # /tmp, /var/tmp: shared, never ours to chmod
         why = f"a shared (sticky) directory, not a private one (permission denied); {ELSEWHERE}"
+    elif not fix_mode and st.st_mode & 0o022:
+        why = (f"writable by others (mode {stat.S_IMODE(st.st_mode):04o}; permission denied); "
+               f"{todo}")
     if why:
         os.close(dfd)
         raise Untrusted(f"{path}: {why}")
-    if stat.S_IMODE(st.st_mode) != mode:
+    if fix_mode and stat.S_IMODE(st.st_mode) != mode:
         os.fchmod(dfd, mode)
     return Dir(path, dfd)
 
