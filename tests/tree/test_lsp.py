@@ -215,6 +215,14 @@ def test_bad_requests_are_clear_errors_and_the_server_stays(ag):
          "working directory"),
         (dict(tool="lsp_definition", path="notes.txt", line=1), "is not a python file"),
         (dict(tool="lsp_definition", path="pkg/a.py", line=99), "line: 99 is past the end"),
+        (dict(tool="lsp_definition", path="pkg/a.py", line=6), "line: 6 is past the end of "
+         "pkg/a.py (5 lines)"),                          # "...\n": 5 lines, not 6
+        (dict(tool="lsp_definition", path="pkg/a.py", line=5, column=40), "column: 40 is "
+         "past the end of line 5 of pkg/a.py (29 characters)"),
+        (dict(tool="lsp_rename", symbol="Shape", new_name="not valid"), "new_name: 'not "
+         "valid' is not a name"),
+        (dict(tool="lsp_rename", symbol="Shape", new_name="class"), "new_name: 'class' is "
+         "not a Python identifier; nothing changed"),
         (dict(tool="lsp_definition", path="pkg/gone.py", line=1), "pkg/gone.py: No such file"),
         (dict(tool="lsp_definition", symbol="Nowhere.thing"), "no symbol Nowhere.thing"),
         (dict(tool="lsp_definition", symbol="area"), "area is ambiguous (2 matches)"),
@@ -316,3 +324,32 @@ def test_a_cancelled_call_leaves_a_server_that_answers(srv):
              "the cancelled call to end")
     assert ag("lsp_definition", symbol="Shape") == "pkg/shapes.py:1:7: class Shape:\n"
     assert ag("lsp_hover", symbol="Shape.area").startswith("area(self)")
+
+
+OVERRIDE = {"pkg/__init__.py": "",
+            "pkg/shapes.py": "class Shape:\n    def area(self):\n        \"\"\"Base.\"\"\"\n"
+                             "        return 0\n\n\nclass Circle(Shape):\n"
+                             "    def area(self):\n        \"\"\"Round.\"\"\"\n"
+                             "        return 3\n",
+            "main.py": "import os\nprint(undefined_thing)\n"}
+
+
+def test_an_override_is_ambiguous_and_a_symlink_is_skipped_not_fatal(srv):
+    """A method and its override are two symbols, not one seen twice: a bare name that
+    matches both fails and lists both.  A symlinked file in the project is skipped by
+    the whole-tree calls (it is never followed), and named alone it says so."""
+    ag = Agent(srv, "over", files=OVERRIDE)
+    os.symlink("main.py", os.path.join(ag.cwd, "alias.py"))
+    with pytest.raises(ClientError, match=r"area is ambiguous \(2 matches\)") as e:
+        ag("lsp_definition", symbol="area")
+    assert "pkg/shapes.py:2:9:" in str(e.value) and "pkg/shapes.py:8:9:" in str(e.value)
+    assert ag("lsp_definition", symbol="Circle.area") == \
+        "pkg/shapes.py:8:9: def area(self):\n"
+    assert ag("lsp_diagnostics") == \
+        "main.py:1:1: warning: 'os' imported but unused [pyflakes]\n" \
+        "main.py:2:7: error: undefined name 'undefined_thing' [pyflakes]\n"
+    with pytest.raises(ClientError, match="alias.py: a symbolic link, not followed"):
+        ag("lsp_diagnostics", path="alias.py")
+    with pytest.raises(ClientError, match="callHierarchyProvider") as e:
+        ag("lsp_calls", symbol="Circle.area")
+    assert "lsp_calls:" not in str(e.value)   # the CLI says the tool; the error does not again

@@ -19,6 +19,7 @@
 #   - every frame from the server goes to toolsrv, whole (one lock: no interleaving).
 # It ends when the server ends (with its status), or on EOF from toolsrv or SIGTERM (the
 # server is then told the same and killed after a grace).  Standard library only.
+import errno
 import json
 import os
 import signal
@@ -114,8 +115,8 @@ def do_files(p):
     exts, limit, paths = tuple(p.get("extensions") or ()), int(p.get("limit") or 1000), []
     for top, dirs, files in os.walk(p["root"]):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP)
-        for f in sorted(files):
-            if f.endswith(exts):
+        for f in sorted(files):   # a symlink is never followed (do_read refuses it): skipped
+            if f.endswith(exts) and not os.path.islink(os.path.join(top, f)):
                 if len(paths) >= limit:
                     return {"paths": paths, "truncated": True}
                 paths.append(os.path.join(top, f))
@@ -131,6 +132,8 @@ def answer(msg):
         result = {"error": {"code": -32601, "message": f"method not found: {msg['method']}"}}
     except (OSError, UnicodeError, TypeError, ValueError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        if isinstance(e, OSError) and e.errno == errno.ELOOP:   # O_NOFOLLOW met a symlink
+            why = "a symbolic link, not followed: name the file it points to"
         if isinstance(e, UnicodeError):
             why = "not UTF-8 text"
         result = {"error": {"code": -32001, "message": why}}

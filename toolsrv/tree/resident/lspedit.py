@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import difflib
+import keyword
 from typing import Any
 
 from . import lspops
@@ -60,7 +61,11 @@ async def rename(ctx: Ctx) -> str:
     new = ctx.args.get("new_name")
     if not isinstance(new, str) or not new.strip() or "\n" in new:
         raise ToolError("new_name: give the new name, one line")
+    if any(c.isspace() for c in new):   # no language's identifier holds a blank
+        raise ToolError(f"new_name: {new!r} is not a name (it has a blank); nothing changed")
     doc, pos = await lspops.position(ctx)
+    if doc.path.endswith((".py", ".pyi")) and (not new.isidentifier() or keyword.iskeyword(new)):
+        raise ToolError(f"new_name: {new!r} is not a Python identifier; nothing changed")
     got = await ctx.client.request("textDocument/rename", {
         "textDocument": {"uri": doc.uri}, "position": pos, "newName": new})
     changes = _edits(got)

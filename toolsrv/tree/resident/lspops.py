@@ -48,8 +48,8 @@ class Ctx:
     def need(self, capability: str, what: str) -> None:
         if not self.client.supports(capability):
             name = (self.client.info.get("serverInfo") or {}).get("name") or "the server"
-            raise ToolError(f"{what}: {name} does not offer {capability} (this "
-                            "language server cannot do it)")
+            raise ToolError(f"{name} does not offer {capability} (this language server "
+                            f"cannot do {what})")
 
     def abspath(self, path: Any) -> str:
         if not isinstance(path, str) or not path:
@@ -90,9 +90,14 @@ async def position(ctx: Ctx) -> tuple[Doc, dict[str, Any]]:
         raise ToolError("give path, line and column (1-based), or symbol")
     doc = await ctx.doc(ctx.abspath(a["path"]))
     line, col = int(a["line"]), int(a.get("column") or 1)
-    if not 1 <= line <= len(doc.lines):
+    count = len(doc.lines) - (len(doc.lines) > 1 and doc.lines[-1] == "")   # "a\nb\n": 2
+    if not 1 <= line <= count:
         raise ToolError(f"line: {line} is past the end of {a['path']} "
-                        f"({len(doc.lines)} lines)")
+                        f"({count} line{'s' if count != 1 else ''})")
+    width = len(doc.line(line - 1))
+    if not 1 <= col <= width + 1:
+        raise ToolError(f"column: {col} is past the end of line {line} of {a['path']} "
+                        f"({width} characters)")
     return doc, doc.to_wire(line, col)
 
 
@@ -164,7 +169,7 @@ async def find_symbol(ctx: Ctx, symbol: str) -> dict[str, Any]:
             seen.add(key)
             unique.append(s)
     if not unique:
-        raise ToolError(f"symbol: no symbol {symbol} in the workspace ; lsp_symbols "
+        raise ToolError(f"symbol: no symbol {symbol} in the workspace; lsp_symbols "
                         "with a query lists names")
     if len(unique) > 1:
         unique = await _same_definition(ctx, unique)
@@ -181,7 +186,9 @@ async def find_symbol(ctx: Ctx, symbol: str) -> dict[str, Any]:
 async def _same_definition(ctx: Ctx, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Candidates that are one symbol seen twice (an import of a class is a symbol of the
     importing module too) folded into the one they define: each candidate's own
-    definition is asked for, and those whose definition is another candidate go."""
+    definition is asked for, and those whose definition is another candidate of another
+    file go (in one file, a method and its override are two symbols: a server may give
+    the base's as the override's definition)."""
     if not ctx.client.supports("definitionProvider"):
         return found
     keep = []
@@ -192,7 +199,7 @@ async def _same_definition(ctx: Ctx, found: list[dict[str, Any]]) -> list[dict[s
             "textDocument": {"uri": doc.uri}, "position": pos}))
         elsewhere = [(u, r) for u, r in got if (u, r.get("start", {}).get("line")) !=
                      (doc.uri, pos["line"])]
-        if not any(u == o["uri"] and r.get("start", {}).get("line") ==
+        if not any(u == o["uri"] != s["uri"] and r.get("start", {}).get("line") ==
                    ((o["sel"] or o["range"] or {}).get("start") or {}).get("line")
                    for u, r in elsewhere for o in found if o is not s):
             keep.append(s)
@@ -275,9 +282,13 @@ async def location_lines(ctx: Ctx, locs: list[tuple[str, dict[str, Any]]]) -> li
 async def definition(ctx: Ctx) -> str:
     ctx.need("definitionProvider", "lsp_definition")
     doc, pos = await position(ctx)
-    got = await ctx.client.request("textDocument/definition", {
-        "textDocument": {"uri": doc.uri}, "position": pos})
-    lines = await location_lines(ctx, locations(got))
+    got = locations(await ctx.client.request("textDocument/definition", {
+        "textDocument": {"uri": doc.uri}, "position": pos}))
+    if ctx.args.get("symbol") and all(uri == doc.uri for uri, _ in got):
+        # a symbol found is a definition itself (an override's name may lead a server to
+        # the base's): only an import's leads to another file, where it is defined
+        got = [(doc.uri, {"start": pos, "end": pos})]
+    lines = await location_lines(ctx, got)
     return "\n".join(lines) + "\n" if lines else \
         f"no definition found at {ctx.where(doc, pos)}\n"
 
