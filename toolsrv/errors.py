@@ -169,9 +169,14 @@ _ERRTAB = [
 # The table's words that come before "input/output": one of them anywhere in a string
 # decides its errno before toolsrv's own "(input/output error)" can (the first entry of
 # the table that matches wins, wherever in the string it stands).
-_BEFORE_EIO = sorted({t for t, _ in _ERRTAB[:[t for t, _ in _ERRTAB].index("input/output")]},
-                     key=len, reverse=True)
-_BEFORE_EIO_RE = re.compile("|".join(re.escape(t) for t in _BEFORE_EIO), re.IGNORECASE)
+def _before(word: str) -> re.Pattern[str]:
+    """The table's words that come before `word` (one of its entries), longest first."""
+    ahead = {t for t, _ in _ERRTAB[:[t for t, _ in _ERRTAB].index(word)]}
+    return re.compile("|".join(re.escape(t) for t in sorted(ahead, key=len, reverse=True)),
+                      re.IGNORECASE)
+
+
+_BEFORE: dict[str, re.Pattern[str]] = {}
 _SYLLABLE = {"permitted": 3, "permission": 3, "access": 2, "exists": 2, "exist": 2}
 
 # U+2060 WORD JOINER: invisible, and no word at all, so "per\u2060mission" is read as
@@ -179,9 +184,10 @@ _SYLLABLE = {"permitted": 3, "permission": 3, "access": 2, "exists": 2, "exist":
 JOINER = "\u2060"
 
 
-def defuse(text: str) -> str:
-    """`text` (words toolsrv passes on to 9pfuse: a tool's stderr) with a JOINER inside
-    each of 9pfuse's words that would outrank "input/output", so that the errno stays
+def defuse(text: str, keep: str = "input/output") -> str:
+    """`text` (words toolsrv passes on to 9pfuse: a tool's stderr; args or a schema quoted in
+    an `invalid args`, keep="argument"; a client's path, keep="no such") with a JOINER
+    inside each of 9pfuse's words that would outrank `keep`, so that the errno stays
     toolsrv's: "no such" -> "no \u2060such", "Permission" -> "Per\u2060mission".  Only the
     9P error string carries it: `words()` takes it out, and the CLI, the MCP face, `log` and `err`
     show the tool's words exactly as it wrote them (a JOINER of the tool's own is dropped
@@ -192,7 +198,10 @@ def defuse(text: str) -> str:
             return w.replace(" ", " " + JOINER, 1)
         at = _SYLLABLE.get(w.lower(), len(w) // 2)
         return f"{w[:at]}{JOINER}{w[at:]}"
-    return _BEFORE_EIO_RE.sub(cut, text.replace(JOINER, ""))
+    pattern = _BEFORE.get(keep)
+    if pattern is None:
+        pattern = _BEFORE[keep] = _before(keep)
+    return pattern.sub(cut, text.replace(JOINER, ""))
 
 
 def words(ename: str) -> str:

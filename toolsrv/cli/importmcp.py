@@ -37,7 +37,7 @@ import sys
 from typing import Any
 
 from ..registry.metafile import MetaError, check_schema
-from ..registry.schemaref import REASON, outside_refs
+from ..registry.schemaref import REASON, outside_refs, ref_loop
 from ..registry.names import NAME_MAX, valid_name
 from ..registry.warmstart import SHEBANG_MAX, shebang
 from ..run.init.wire import DEFAULT_PATH   # a run's PATH unless its profile says otherwise
@@ -238,6 +238,10 @@ def plan(args: argparse.Namespace, tools: list[dict]) -> tuple[list[tuple[str, d
         for ref in outside_refs(schema):
             notes.append(f"tool {mcp_name!r}: args: $ref to {ref!r} {REASON}; toolsrv lists "
                          f"{name} in tools/errors until its schema is fixed")
+        if ref_loop(schema):
+            notes.append(f"tool {mcp_name!r}: args: $refs loop without end ("
+                         f"{' -> '.join(ref_loop(schema) or ())}); toolsrv lists {name} in "
+                         "tools/errors until its schema is fixed")
         kind = schema.get("type", "object")
         if kind != "object" and not (isinstance(kind, list) and "object" in kind):
             raise ImportError_(f"{mcp_name}.inputSchema.type: must be \"object\", not "

@@ -37,7 +37,7 @@ from typing import Any
 from ..record import Frozen, Record, setfield
 from .metaerror import MetaError, json_kind
 from .residentmeta import LSP_OPS, check_resident  # noqa: F401  (LSP_OPS: said here too)
-from .schemaref import REASON, outside_refs
+from .schemaref import REASON, outside_refs, ref_loop
 
 MAX_META_BYTES = 1 << 20
 # The prose fields a person or a model reads (and search indexes): past this, a .meta is
@@ -378,6 +378,10 @@ def check_refs(schema: dict[str, Any], where: str = "args") -> None:
     outside = outside_refs(schema)
     if outside:
         raise MetaError(f"{where}: $ref to {outside[0]} {REASON}")
+    loop = ref_loop(schema)
+    if loop:
+        raise MetaError(f"{where}: $refs loop without end: {' -> '.join(loop)} (validation "
+                        "would never finish; break the loop)")
 
 
 def draft_key(uri: str) -> str:

@@ -11,12 +11,26 @@ resolves only to a place inside the schema itself (a JSON pointer, an anchor, an
 `outside_refs(schema)` finds, without validating anything, every `$ref`/`$dynamicRef`
 that would not resolve that way (the base URI followed through `$id`, and `id` for the
 old drafts), so a `.meta` holding one is refused up front (metafile.py, into
-`tools/errors`) and `import-mcp` can say so; `REASON` is how both word it.
+`tools/errors`) and `import-mcp` can say so; `REASON` is how both word it.  `ref_loop`
+finds refs that lead back where they started without entering the instance
+(`{"$ref": "#"}`, a $defs a -> b -> a): validation would never end, so that too is refused.
+
+A schema must not stall the server either (the args, and the schema, are someone else's):
+jsonschema's own code is linear in the args but for two things, made bounded here for
+every validator built: `uniqueItems` (jsonschema compares every pair: 8,000 objects took
+a minute) is a set of canonical keys, linear; and every regex a schema applies
+(`pattern`, `patternProperties`, `additionalProperties` beside them, `unevaluated...`)
+runs in the `regex` module with a time limit (`(a|aa)+$` backtracks exponentially):
+jsonschema's modules see `_BoundedRe` as their `re`, whose search() takes the time left
+of the budget `bounded()` sets around one validation (PATTERN_BUDGET in all), and raises
+PatternTooSlow once it is spent.
 """
 from __future__ import annotations
 
+import re
+import time
 from typing import Any, Iterator
-from urllib.parse import urljoin
+from urllib.parse import unquote, urljoin
 
 REASON = "is not resolved (toolsrv resolves only refs inside the schema)"
 _DATA = frozenset(("const", "enum", "default", "examples"))   # values, not subschemas
@@ -54,10 +68,190 @@ def validator_class(schema: Any) -> Any:
 
 def validator(schema: Any, cls: Any = None) -> Any:
     """A jsonschema validator for `schema` (its own draft unless `cls` is given; formats are
-    annotations) that resolves only refs inside the schema and never fetches one.  A ref
-    that does not resolve makes validation raise `referencing.exceptions.Unresolvable`."""
-    cls = cls or validator_class(schema)
-    return cls(schema, registry=registry())
+    annotations) that resolves only refs inside the schema and never fetches one, with
+    uniqueItems linear and every regex bounded (see the header).  A ref that does not
+    resolve makes validation raise `referencing.exceptions.Unresolvable`."""
+    return _bounded_class(cls or validator_class(schema))(schema, registry=registry())
+
+
+PATTERN_BUDGET = 0.25   # seconds of regex matching one validation may spend, in all
+
+
+class PatternTooSlow(Exception):
+    """A schema's regex took longer than the validation's budget on these args."""
+
+    def __init__(self, pattern: str) -> None:
+        super().__init__(pattern)
+        self.pattern = pattern
+
+
+_deadline: list[float] = []   # the budget's end, while a bounded() validation runs
+
+
+class bounded:
+    """`with bounded():` one validation: its regexes share PATTERN_BUDGET."""
+
+    def __enter__(self) -> None:
+        _deadline.append(time.monotonic() + PATTERN_BUDGET)
+
+    def __exit__(self, *exc: Any) -> None:
+        _deadline.pop()
+
+
+class _BoundedRe:
+    """What jsonschema's keyword modules take for `re`: search() in `regex`, with the time
+    left of the budget (a whole PATTERN_BUDGET outside bounded()); all else is re's."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(re, name)
+
+    @staticmethod
+    def search(pattern: Any, string: Any, flags: int = 0) -> Any:
+        import regex
+        left = _deadline[-1] - time.monotonic() if _deadline else PATTERN_BUDGET
+        if left <= 0:
+            raise PatternTooSlow(str(pattern))
+        try:
+            return regex.search(pattern, string, flags, timeout=left)
+        except TimeoutError:
+            raise PatternTooSlow(str(pattern)) from None
+        except regex.error:   # a pattern re takes and regex does not (metafile checked re)
+            return re.search(pattern, string, flags)
+
+
+_classes: dict[Any, Any] = {}
+
+
+def _bounded_class(cls: Any) -> Any:
+    """cls with uniqueItems linear, and jsonschema's modules given _BoundedRe (once)."""
+    got = _classes.get(cls)
+    if got is None:
+        import jsonschema._keywords
+        import jsonschema._legacy_keywords
+        import jsonschema._utils
+        import jsonschema.validators as jv
+        for module in (jsonschema._keywords, jsonschema._legacy_keywords, jsonschema._utils):
+            if getattr(module, "re", None) is re:   # a jsonschema that searches with re
+                module.re = _BoundedRe()            # type: ignore[attr-defined]
+        got = _classes[cls] = jv.extend(cls, {"uniqueItems": _unique_items}) \
+            if "uniqueItems" in cls.VALIDATORS else cls
+    return got
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Any:
+    """uniqueItems with a set of canonical keys (JSON equality: 1 == 1.0, true != 1)."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: dict[Any, int] = {}
+    for i, item in enumerate(instance):
+        k = _key(item)
+        if k in seen:
+            from jsonschema.exceptions import ValidationError
+            yield ValidationError(f"has non-unique elements: [{seen[k]}] and [{i}] are equal")
+            return
+        seen[k] = i
+
+
+def _key(x: Any) -> Any:
+    if isinstance(x, bool) or x is None:
+        return ("b", x)
+    if isinstance(x, (int, float)):
+        return ("n", x)              # 1 and 1.0: equal and of one hash
+    if isinstance(x, str):
+        return ("s", x)
+    if isinstance(x, list):
+        return ("l", tuple(_key(v) for v in x))
+    if isinstance(x, dict):
+        return ("d", frozenset((k, _key(v)) for k, v in x.items()))
+    return ("o", id(x))
+
+
+_IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")     # subschemas applied to the same instance
+_IN_PLACE_ONE = ("not", "if", "then", "else")
+_IN_PLACE_MAPS = ("dependentSchemas",)
+
+
+def ref_loop(schema: Any) -> list[str] | None:
+    """The pointers of a loop of `$ref`s that never enters the instance (each step a ref,
+    or an allOf/anyOf/oneOf/not/if/then/else/dependentSchemas of the same place), or None.
+    Only refs that are pointers into this document ("#", "#/...") are followed; those
+    under an embedded `$id` are another document's and are not."""
+    if not isinstance(schema, dict):
+        return None
+    edges: dict[int, list[tuple[str, Any]]] = {}
+    names: dict[int, str] = {}
+    stack: list[tuple[Any, str, bool]] = [(schema, "#", False)]
+    while stack:
+        node, where, embedded = stack.pop()
+        if not isinstance(node, dict) or id(node) in names:
+            continue
+        names[id(node)] = where
+        embedded = embedded or (node is not schema and _id_of(node) is not None)
+        out = edges.setdefault(id(node), [])
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#") and not embedded:
+            target = _pointer(schema, ref)
+            if isinstance(target, dict):
+                out.append((ref, target))
+        for k in _IN_PLACE_LISTS:
+            for i, sub in enumerate(node.get(k) or () if isinstance(node.get(k), list) else ()):
+                out.append((f"{where}/{k}/{i}", sub))
+        for k in _IN_PLACE_ONE:
+            out.append((f"{where}/{k}", node.get(k)))
+        for k in _IN_PLACE_MAPS:
+            for name, sub in (node.get(k).items() if isinstance(node.get(k), dict) else ()):
+                out.append((f"{where}/{k}/{name}", sub))
+        for k, v in node.items():
+            if k in _DATA:
+                continue
+            if isinstance(v, dict):
+                stack.append((v, f"{where}/{k}", embedded))
+            elif isinstance(v, list):
+                stack.extend((x, f"{where}/{k}/{i}", embedded) for i, x in enumerate(v))
+    # a cycle in the in-place graph: depth-first, colours white (absent) / grey / black
+    state: dict[int, int] = {}
+    for start in list(edges):
+        if start in state:
+            continue
+        path: list[tuple[int, str]] = [(start, names[start])]
+        iters = [iter(edges.get(start, ()))]
+        state[start] = 1
+        while iters:
+            step = next(iters[-1], None)
+            if step is None:
+                state[path[-1][0]] = 2
+                path.pop()
+                iters.pop()
+                continue
+            label, sub = step
+            if not isinstance(sub, dict):
+                continue
+            n = id(sub)
+            if state.get(n) == 1:
+                at = next(i for i, (p, _) in enumerate(path) if p == n)
+                return [lbl for _, lbl in path[at:]] + [label]
+            if n not in state:
+                state[n] = 1
+                path.append((n, label))
+                iters.append(iter(edges.get(n, ())))
+    return None
+
+
+def _pointer(doc: Any, ref: str) -> Any:
+    """What the JSON pointer of a "#..." ref names in doc, or None."""
+    node = doc
+    frag = unquote(ref[1:])
+    if frag and not frag.startswith("/"):
+        return None                  # an anchor: not followed here
+    for part in frag.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
 
 
 def unresolved(err: BaseException) -> str | None:

@@ -2,10 +2,16 @@
 
 `json_state(text)` says whether the bytes so far are one complete JSON value,
 a prefix that may still become one (wait for more), or bytes that can no
-longer become valid JSON (fail now, naming where).  `validate(tool, args)`
+longer become valid JSON (fail now, naming where).  JSON is taken strictly: NaN,
+Infinity and numbers past a float's range (1e999) are not JSON, and a value nested too
+deep for the parser is refused by name.  `validate(tool, args)`
 checks the object against the tool's schema with jsonschema and words the
 first error as `invalid args: <path>: <reason> (invalid argument)`, which
-9pfuse maps to EINVAL.  Compiled validators are cached per schema object; `validator`
+9pfuse maps to EINVAL: the path and reason quote the args and the schema, so any of
+9pfuse's words in them that would outrank "argument" is defused (errors.defuse).  A
+validation is bounded (schemaref: regexes share a budget, uniqueItems is linear); one
+that still cannot finish (a pattern past its budget, recursion without end) is an
+`invalid args` that says so, never an internal error.  Compiled validators are cached per schema object; `validator`
 is the one way any schema becomes a validator (refs resolve only inside the schema).
 """
 from __future__ import annotations
@@ -15,23 +21,43 @@ import re
 from typing import Any
 
 
-from ...errors import P9Error, fit
-from ...registry.schemaref import unresolved, validator as schema_validator
+from ...errors import P9Error, defuse, fit, words
+from ...registry.schemaref import PATTERN_BUDGET, PatternTooSlow, bounded, unresolved, \
+    validator as schema_validator
 
 _LITERALS = ("true", "false", "null")
 _NUMBER_TAIL = re.compile(r"-?[0-9]*\.?[0-9]*(?:[eE][-+]?[0-9]*)?\s*\Z")
 _validators: dict[int, tuple[Any, Any]] = {}
+
+class _NotJSON(ValueError):
+    """A token Python's json takes and JSON does not (NaN, Infinity, 1e999)."""
+
+
+def _constant(name: str) -> Any:
+    raise _NotJSON(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _NotJSON(f"{text[:40]} is past the range of a number")
+    return value
+
 
 def json_state(text: str) -> tuple[str, Any]:
     """("complete", value) | ("incomplete", None) | ("invalid", reason)."""
     if not text.strip():
         return "incomplete", None
     try:
-        return "complete", json.loads(text)
+        return "complete", json.loads(text, parse_constant=_constant, parse_float=_finite)
     except json.JSONDecodeError as e:
         if _could_continue(text, e):
             return "incomplete", None
         return "invalid", f"line {e.lineno} column {e.colno}: {e.msg}"
+    except RecursionError:
+        return "invalid", "nested too deeply to parse"
+    except ValueError as e:   # _NotJSON, an integer of more digits than int() takes
+        return "invalid", str(e) if isinstance(e, _NotJSON) else f"not usable as JSON: {e}"
 
 
 def _could_continue(text: str, e: json.JSONDecodeError) -> bool:
@@ -83,10 +109,18 @@ def validate(tool: Any, args: dict) -> None:
     draft the schema declares), or compiles one for a bare schema."""
     v = getattr(tool, "validator", None) or validator(tool.schema)
     try:
-        if v.is_valid(args):
-            return
-        from jsonschema.exceptions import best_match
-        err = best_match(v.iter_errors(args))
+        with bounded():
+            if v.is_valid(args):
+                return
+            from jsonschema.exceptions import best_match
+            err = best_match(v.iter_errors(args))
+    except PatternTooSlow as e:
+        raise invalid(f"pattern {e.pattern!r} ran over {PATTERN_BUDGET:g} s on these args; "
+                      "nothing was called") from None
+    except RecursionError:
+        raise P9Error(fit("invalid args: ", "the schema could not be applied: it recurses "
+                          "without end on these args (nested too deeply, or a $ref "
+                          "loop); nothing was called")) from None
     except Exception as e:          # a $ref outside the schema: refused, never fetched
         why = unresolved(e)
         if why is None:
@@ -94,7 +128,15 @@ def validate(tool: Any, args: dict) -> None:
         raise P9Error(fit("invalid args: ", f"the tool's schema: {why}")) from None
     if err is not None:
         where = error_path(err)
-        raise P9Error(fit("invalid args: ", (f"{where}: " if where else "") + err.message))
+        raise invalid((f"{where}: " if where else "") + err.message)
+
+
+def invalid(detail: str) -> P9Error:
+    """`invalid args: DETAIL (invalid argument)`, fitted, with DETAIL's words that would
+    outrank "argument" for 9pfuse defused in the Rerror (the args and schema it quotes are
+    not toolsrv's words); the log has them as written."""
+    out = fit("invalid args: ", defuse(detail, "argument"))
+    return P9Error(out, full=words(out.full))
 
 
 def take_elevated(args: dict) -> bool:

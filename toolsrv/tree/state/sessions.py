@@ -53,7 +53,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from ... import errors as E
 from ...dirs import trusted
-from ...errors import P9Error, busy, fit
+from ...errors import P9Error, busy, defuse, fit, words
 from ...registry.names import valid_name
 from ...record import Plain
 
@@ -303,7 +303,8 @@ class SessionStore:
 
     def set_cwd(self, s: Session, path: str) -> None | Awaitable[None]:
         if not os.path.isabs(path) or not os.path.isdir(path):
-            raise P9Error(fit("cwd: no such directory: ", path, ""))
+            out = fit("cwd: no such directory: ", defuse(path, "no such"), "")  # a path's
+            raise P9Error(out, full=words(out.full))      # words never decide the errno
         path = os.path.realpath(path)
         old = s.cwd, s.private_cwd
         mine = os.path.realpath(s.cwd)
