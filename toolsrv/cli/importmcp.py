@@ -36,7 +36,7 @@ import shutil
 import sys
 from typing import Any
 
-from ..registry.metafile import MetaError, check_schema
+from ..registry.metafile import MetaError, check_schema, parse_meta
 from ..registry.schemaref import REASON, outside_refs, ref_loop
 from ..registry.names import NAME_MAX, valid_name
 from ..registry.warmstart import SHEBANG_MAX, shebang
@@ -51,6 +51,10 @@ class ImportError_(Exception):
     """A reason to stop before anything is written."""
 
 
+LINE_MAX = 16 << 20        # one JSON-RPC line of the server's (its whole tools/list page)
+DESCRIPTION_MAX = 8192     # characters of a tool's description kept in its .meta
+
+
 class _Pipe:
     """import-mcp's side of the server's stdio: what tree/resident/mcp.py's Client needs."""
 
@@ -63,7 +67,10 @@ class _Pipe:
 
     async def line(self) -> bytes:
         assert self.proc.stdout is not None
-        raw = await self.proc.stdout.readline()
+        try:
+            raw = await self.proc.stdout.readline()
+        except ValueError:     # asyncio's limit: the line goes on past LINE_MAX
+            raise MCPError(f"it sent a line longer than {LINE_MAX >> 20} MiB") from None
         if not raw:
             raise MCPError("EOF on its stdout")
         return raw.rstrip(b"\n")
@@ -109,7 +116,7 @@ async def list_tools(argv: list[str], timeout: float) -> tuple[dict[str, Any], l
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, limit=64 << 20)
+            stderr=asyncio.subprocess.PIPE, limit=LINE_MAX)
     except OSError as e:
         raise ImportError_(f"cannot start {argv[0]}: {e.strerror or e}") from None
     client = Client(_Pipe(proc))
@@ -190,7 +197,7 @@ def grants(prog: str) -> list[str]:
 
 
 def prompt_for(name: str, tool: dict[str, Any], schema: dict[str, Any]) -> str:
-    desc = str(tool.get("description") or "").strip()
+    desc = _cut(str(tool.get("description") or "").strip())
     lines = [f"## {name}", "", desc or f"The MCP tool {tool.get('name')}.", "", "**Args**"]
     props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
     required = set(schema.get("required") or [])
@@ -246,7 +253,11 @@ def plan(args: argparse.Namespace, tools: list[dict]) -> tuple[list[tuple[str, d
         if kind != "object" and not (isinstance(kind, list) and "object" in kind):
             raise ImportError_(f"{mcp_name}.inputSchema.type: must be \"object\", not "
                                f"{json.dumps(kind)}")
-        meta = {"description": _one_line(t.get("description") or f"MCP tool {mcp_name}"),
+        desc = str(t.get("description") or "")
+        if len(desc) > DESCRIPTION_MAX:
+            notes.append(f"tool {mcp_name!r}: its description is cut to {DESCRIPTION_MAX} of "
+                         f"{len(desc)} characters")
+        meta = {"description": _one_line(_cut(desc) or f"MCP tool {mcp_name}"),
                 "prompt": prompt_for(name, t, schema), "args": schema, "cmd": cmd,
                 "resident": {"protocol": "mcp", "tool": mcp_name}}
         ann = t.get("annotations") if isinstance(t.get("annotations"), dict) else {}
@@ -254,11 +265,17 @@ def plan(args: argparse.Namespace, tools: list[dict]) -> tuple[list[tuple[str, d
             meta["readOnly"] = True
         meta.update(_kept(mcp_name, t, ann))
         path = os.path.join(directory, name + ".meta")
+        try:       # what the registry would refuse is not written (and said)
+            parse_meta(json.dumps(meta, indent=2, ensure_ascii=False).encode() + b"\n")
+        except MetaError as e:
+            notes.append(f"tool {mcp_name!r}: not written: its .meta would be refused ({e})")
+            continue
         if os.path.lexists(path) and not args.force:
             raise ImportError_(f"{path}: file already exists (use --force to replace it)")
         out.append((path, meta))
     if not out:
-        raise ImportError_(f"{shlex.join(args.command)} lists no tools")
+        raise ImportError_(f"{shlex.join(args.command)} lists no tools" if not notes else
+                           "no tool could be written: " + "; ".join(notes))
     return out, notes, grants(prog)
 
 
@@ -286,6 +303,10 @@ def _kept(mcp_name: str, t: dict, ann: dict) -> dict:
 def shown(v: Any) -> str:
     """A string the MCP server sent, fit for a terminal: repr's escapes, no quotes."""
     return repr(str(v))[1:-1]
+
+
+def _cut(s: str) -> str:
+    return s if len(s) <= DESCRIPTION_MAX else s[:DESCRIPTION_MAX - 1] + "…"
 
 
 def _one_line(s: str) -> str:
