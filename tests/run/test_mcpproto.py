@@ -69,6 +69,16 @@ def test_notifications_server_requests_and_stale_responses_are_passed_by():
     assert p.sent[0]["params"] == {"name": "t", "arguments": {"x": 1}}
 
 
+@pytest.mark.parametrize("rid", [lambda i: i + 1, lambda i: str(i), lambda i: None])
+def test_a_response_to_an_id_never_sent_is_a_protocol_error(rid):
+    """A server answering with a later id, a string or null for our int: the call fails
+    at once, naming it, instead of waiting out its time limit."""
+    p = Scripted({"tools/call": lambda m: [{"jsonrpc": "2.0", "id": rid(m["id"]),
+                                            "result": {"content": []}}]})
+    with pytest.raises(MCPError, match="an id toolsrv never sent"):
+        run(Client(p).call("t", {}))
+
+
 def test_paging_of_tools_list():
     pages = iter([{"tools": [{"name": "a"}], "nextCursor": "p2"}, {"tools": [{"name": "b"}]}])
     p = Scripted({"tools/list": lambda m: [{"jsonrpc": "2.0", "id": m["id"],

@@ -6,7 +6,8 @@
 # (a resident Process, or import-mcp's plain subprocess): `initialize` (the request, then
 # the `notifications/initialized` notification), `list_tools` (following `nextCursor`),
 # and `call` (`tools/call`).  Requests are sent one at a time (the caller holds the
-# process's lock), so a read loop only has to wait for the response with our id; on the
+# process's lock), so a read loop only has to wait for the response with our id (one to an
+# earlier id, a request given up on, is dropped; one to an id never sent fails the call); on the
 # way it answers the server's own requests (`ping` with an empty result, anything else
 # with "method not found") and drops its notifications (logging, progress).  The SDK is
 # never imported: `toolsrv serve` stays free of it.
@@ -66,8 +67,12 @@ class Client:
                 if "id" in msg:                 # the server asks us something
                     self._answer(msg)
                 continue                        # a notification: logging, progress
-            if msg.get("id") == rid:
+            got = msg.get("id")
+            if got == rid:
                 return msg
+            if not (type(got) is int and got < rid):   # never sent: not an answer of MCP
+                raise MCPError(f"a response with id {json.dumps(got)[:40]}, an id toolsrv never "
+                               f"sent (it waits for {rid}): the server speaks JSON-RPC wrong")
             # a response to a request we gave up on (cancelled): dropped
 
     def _answer(self, msg: dict[str, Any]) -> None:
