@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -53,6 +54,10 @@ def test_state_survives_between_calls(srv):
         assert sh(c, a, "inc") == "x=44\n[exit 0]"                     # the shell went on
         status = read(c, a + "/tools/shell/status").decode().splitlines()
         assert status[1].startswith("resident up ") and status[1].endswith("6 calls")
+        # the server's status counts the idle shell apart from the runs going on
+        line = read(c, "status").decode().splitlines()[0]
+        assert re.fullmatch(r"runs: 0 running, \d+ resident process(es)? up between calls",
+                            line), line
 
 
 def test_each_agent_has_its_own_shell(srv):

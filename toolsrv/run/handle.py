@@ -109,6 +109,7 @@ class LaunchHandle:
         self._release: Callable[[Spare], None] | None = None
         self.warm: str | None = None  # the warm kind it runs in, if any
         self.warming = False  # its init was turned warm for it: its first warm run
+        self.resident = False  # a resident tool's process (Runner.open_resident), not a call
         self.warm_failed: str | None = None  # why that init could not become warm
         self.magic: str | None = None  # the bytecode magic its interpreter said it runs
 

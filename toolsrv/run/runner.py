@@ -302,7 +302,10 @@ class Runner:
         every = [k for v in rss.values() for k in v]
         budget = la.warm_budget()
         held = sum(i.rss for pool in la._warm.values() for i in pool)
-        lines = [f"runs: {len(la._handles)} running",
+        resident = sum(1 for h in la._handles.values() if h.resident)
+        lines = [f"runs: {len(la._handles) - resident} running"
+                 + (f", {resident} resident process{'es' if resident != 1 else ''} up between "
+                    "calls" if resident else ""),
                  la.totals_text(),
                  f"inits: {len(la._spares)} idle",
                  f"warm: {'on' if self.config.warm else 'off (--no-warm)'}; {len(every)} "
@@ -475,5 +478,6 @@ class Runner:
             self.scratch.release(tmpdir)
             raise
         handle.taken()
+        handle.resident = True     # up between its calls: /status counts it apart
         handle.exited.add_done_callback(lambda _: self.scratch.release(tmpdir))
         return handle, None
