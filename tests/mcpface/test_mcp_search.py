@@ -87,7 +87,14 @@ def test_search_tools_checks_its_args(server):
     async def go():
         async with stdio_face("-a", server.addr, "--search") as s:
             return (await s.call_tool("search_tools", {}),
-                    await s.call_tool("search_tools", {"need": "x", "limit": 0}))
-    no_need, bad_limit = anyio.run(go)
+                    await s.call_tool("search_tools", {"need": "x", "limit": 0}),
+                    await s.call_tool("search_tools", {"query": "read a file"}),
+                    await s.call_tool("call_tool", {"name": "file_read",
+                                                    "args": {"path": "x"}}))
+    no_need, bad_limit, query, args = anyio.run(go)
     assert no_need.is_error and "give the need in words" in text(no_need)
     assert bad_limit.is_error and "limit is a whole number from 1 to 100" in text(bad_limit)
+    # a key the tool does not take is named, not dropped (the bundled tool_search's is
+    # "query"; call_tool's arguments go in "arguments")
+    assert query.is_error and "unknown argument 'query' (give need" in text(query)
+    assert args.is_error and "call_tool: unknown argument 'args'" in text(args)

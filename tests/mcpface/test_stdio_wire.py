@@ -147,3 +147,15 @@ def test_a_signal_ends_the_face_while_the_client_keeps_stdin_open(server, sig):
         p.stdin.close()
         p.stdout.close()
         p.stderr.close()
+
+
+def test_a_tools_name_no_tool_has_is_said_on_stderr(server):
+    """--tools ehco (a typo) listed nothing, and said nothing: the face now says which
+    name matches no tool, and the closest ones; a name that matches says nothing."""
+    p = subprocess.run([*FACE, "-a", server.addr, "--tools", "ehco,echo"],
+                       stdin=subprocess.DEVNULL, capture_output=True, env=env(),
+                       cwd=tempfile.gettempdir(), timeout=60)
+    err = p.stderr.decode()
+    assert p.returncode == 0, err
+    assert "toolsrv mcp: --tools ehco: no such tool in the registry" in err, err
+    assert "the closest: echo" in err and "--tools echo:" not in err, err

@@ -297,6 +297,11 @@ class Face:
             if not isinstance(args, dict) or not isinstance(args.get("name"), str):
                 return error_result("call_tool: give the tool's name (a string) and its "
                                     "arguments (an object)")
+            extra = _unknown(args, ("name", "arguments"))
+            if extra:
+                return error_result(f"call_tool: unknown argument {extra} (give name, and "
+                                    "the tool's own arguments inside arguments); nothing "
+                                    "was called")
             name, args, by_name = args["name"], args.get("arguments", {}), True
         else:
             by_name = False
@@ -358,6 +363,10 @@ class Face:
         return ""
 
     async def _search(self, args: Any) -> dict[str, Any]:
+        extra = _unknown(args, ("need", "limit")) if isinstance(args, dict) else ""
+        if extra:
+            return error_result(f"search_tools: unknown argument {extra} (give need: what "
+                                "you want to do, in words; and limit)")
         if not isinstance(args, dict) or not isinstance(args.get("need"), str):
             return error_result("search_tools: give the need in words (a string)")
         limit = args.get("limit", SEARCH_LIMIT)
@@ -429,3 +438,8 @@ def _number(s: str) -> float | str:
         return float(s)
     except ValueError:
         return s
+
+
+def _unknown(args: dict[str, Any], known: tuple[str, ...]) -> str:
+    """The first key of args not among `known`, quoted; "" when there is none."""
+    return next((repr(k) for k in args if k not in known), "")

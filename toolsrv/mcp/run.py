@@ -151,6 +151,21 @@ async def _connect(args: Any) -> tuple[NineP, str, Local | None]:
         raise
 
 
+async def _unknown_tools(nine: NineP, names: list[str]) -> None:
+    """Warn on stderr of each --tools name the registry has no tool of (yet)."""
+    from .tools import closest
+    try:
+        index = (await nine.read("tools/index")).decode(errors="replace")
+    except NinePError:
+        return
+    have = [line.split("\t", 1)[0] for line in index.splitlines() if line.strip()]
+    for name in names:
+        if name not in have:
+            print(f"toolsrv mcp: --tools {name}: no such tool in the registry (not listed "
+                  f"until one appears); {closest(name, have).split(' (search_tools')[0]}",
+                  file=sys.stderr, flush=True)
+
+
 async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
                  http: Any, lines: Any = None, reading: Any = None) -> int:
     from .server import Wiring
@@ -162,6 +177,8 @@ async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
                 agent=args.agent, cwd=os.path.abspath(args.cwd) if args.cwd else None,
                 where=addr)
     face.nine = nine
+    if face.only:                       # a name --tools gives that no tool has: said once
+        await _unknown_tools(nine, sorted(face.only))
     if local is not None:               # said in initialize's instructions too (server.py)
         face.standalone = args.addr or str(dial.default_addr())
     wiring = Wiring(face, pid=str(os.getppid()) if http is None else None)

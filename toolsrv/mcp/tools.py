@@ -102,7 +102,8 @@ SEARCH_TOOLS = [
              "need": {"type": "string", "description": "what you want to do, in words"},
              "limit": {"type": "integer", "minimum": 1, "maximum": 100,
                        "description": f"how many tools at most (default {SEARCH_LIMIT})"}},
-          "required": ["need"]}, read_only=True, title="Search the tools",
+          "required": ["need"], "additionalProperties": False}, read_only=True,
+         title="Search the tools",
          output_schema={"type": "object", "required": ["tools"], "properties": {
              "tools": {"type": "array", "items": {
                  "type": "object", "required": ["name", "description", "inputSchema"],
@@ -114,7 +115,7 @@ SEARCH_TOOLS = [
          {"type": "object", "properties": {
              "name": {"type": "string", "description": "the tool's name"},
              "arguments": {"type": "object", "description": "the tool's arguments"}},
-          "required": ["name"]}),
+          "required": ["name"], "additionalProperties": False}),
 ]
 
 
