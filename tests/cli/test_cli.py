@@ -76,6 +76,19 @@ def test_call_shortcut(served):
     r = run(env, "call", "c1", "bot", "nosuch", "{}")
     assert r.returncode == 1 and "tool_load: no such tool: nosuch" in r.stderr
     assert "call file_read" in run(env, "read", "session/c1/agent/bot/log").stdout
+    # names checked before anything is made (exit 2, usage): no session is left behind
+    for argv, words in ((["bad/name", "a", "file_read"], "session 'bad/name': illegal name"),
+                        (["c9", "bad name", "file_read"], "agent 'bad name': illegal name"),
+                        (["c9", "a", "../x"], "tool '../x': illegal name")):
+        r = run(env, "call", *argv, "{}")
+        assert r.returncode == 2 and words in r.stderr, r.stderr
+    assert "c9" not in run(env, "ls", "session").stdout.split()
+    for n in ("0", "101"):
+        r = run(env, "search", "-n", n, "read a file")
+        assert r.returncode == 2 and f"-n {n}: give 1 to 100 tools" in r.stderr, r.stderr
+    r = run(env, "sandbox", "check", "nosuch")
+    assert r.returncode == 2 and r.stderr.startswith("toolsrv sandbox check: profile nosuch: "
+                                                     "not found (looked for nosuch.yaml in ")
 
 
 def _project(text: str) -> str:

@@ -352,7 +352,17 @@ def _fmt_mode(mode: int) -> str:
 def _check_args(args: Any) -> int | None:
     """Args that are not one JSON object stop here, before connecting: exit 2 (usage)."""
     from .shortcut import args_problem, is_call_path
+    if args.verb == "search" and args.limit is not None and not 1 <= args.limit <= 100:
+        print(f"toolsrv: search: -n {args.limit}: give 1 to 100 tools", file=sys.stderr)
+        return 2
     if args.verb == "call":
+        from ..registry.names import valid_name
+        for what, name in (("session", args.session), ("agent", args.agent),
+                           ("tool", args.tool)):
+            if not valid_name(name):   # before anything is made: no session left behind
+                print(f"toolsrv: call: {what} {name!r}: illegal name (letters, digits, '.', "
+                      "'_' and '-'); nothing was called", file=sys.stderr)
+                return 2
         text, what = args.json, args.tool
     elif args.verb == "rdwr" and is_call_path(args.path):
         if args.data is None:

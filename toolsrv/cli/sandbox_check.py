@@ -26,7 +26,11 @@ def sandbox_check_main(argv: list[str]) -> int:
     try:
         profile = load_profile(name)
     except ProfileError as e:
-        print(f"error: {e}", file=sys.stderr)
+        from ..run.sandbox import default_user_dir
+        from .. import bundled
+        where = f" (looked for {name}.yaml in {default_user_dir()} and {bundled.PROFILES})" \
+            if str(e).endswith(": not found") else ""
+        print(f"toolsrv sandbox check: {e}{where}", file=sys.stderr)
         return 2
     print(f"profile {profile.name}: {profile.source}")
     values = placeholder_values(os.getcwd(), "<per-call tmp>", "<tool dir>")
