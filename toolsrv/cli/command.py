@@ -111,9 +111,14 @@ def build_parser(only: str | None = None,
                        help="how many tools (default 10, at most 100)")
         c.add_argument("words", nargs="+", help="the need, in words")
     if only in (None, "sandbox"):
-        sb = sub.add_parser("sandbox", help="sandbox profiles")
-        sb.add_argument("action", choices=["check"])
-        sb.add_argument("profile", nargs="?", default="default")
+        sb = sub.add_parser("sandbox", help="sandbox profiles",
+                            description="check: print the Landlock ABI of this kernel, the "
+                            "profile as resolved here (each path and its rights) and whether "
+                            "it can be enforced; exit 0 enforceable, 1 refused, 2 no such "
+                            "profile")
+        sb.add_argument("action", choices=["check"], help="check: the one action")
+        sb.add_argument("profile", nargs="?", default="default",
+                        help="the profile's name (default: default)")
     if only in (None, "approve"):
         ap_ = sub.add_parser("approve", help="run the reference elevation broker")
         ap_.add_argument("rest", nargs="...")

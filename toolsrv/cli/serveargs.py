@@ -86,19 +86,22 @@ def size(text: str) -> int:   # argparse: "invalid size value: 'foo'"
 # them; "group": _LIMITS puts one in that group of the help.  parse_serve reads the same.
 SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("-a", "--addr"), dict(action="append", default=[], help="listen on this dial string "
-                            "(repeatable): unix!PATH or tcp!HOST!PORT")),
+                            "(repeatable): unix!PATH, tcp!HOST!PORT or tls!HOST!PORT (with --tls-cert)")),
     (("--tools",), dict(help="tool search path, colon-separated (default: $OLLIE_TOOLS_PATH, "
                         "else ~/.config/ollie/tools then the bundled toolsrv/data/tools)")),
     (("--state",), dict(metavar="DIR", help="state directory")),
     (("--no-state",), dict(action="store_true", help="keep no state on disk")),
     (("-D",), dict(dest="trace", action="store_true", help="print every 9P message")),
     (("-v",), dict(dest="verbose", action="store_true", help="log more")),
-    (("--msize",), dict(type=int, default=65536 + 24)),
+    (("--msize",), dict(type=int, default=65536 + 24, help="the largest 9P message offered "
+                        "at Tversion, bytes (default 65560: 64 KiB of data per read)")),
     (("--listen-any",), dict(action="store_true",
                              help="allow a non-loopback TCP address (needs --auth-secret)")),
     (("--allow-uid",), dict(type=int, action="append", default=[],
-                            help="also accept Unix-socket peers with this uid")),
-    (("--timeout",), dict(type=float, default=30.0, help="default tool timeout, seconds")),
+                            help="also accept Unix-socket peers with this uid (repeatable; "
+                            "by default only the server's own uid)")),
+    (("--timeout",), dict(type=float, default=30.0, help="a call's time limit, seconds "
+                          "(default 30; a .meta's timeout or timeoutArg may lower it)")),
     (("--max-runs",), dict(type=int, default=16, help="concurrent tool runs, server-wide")),
     (("--max-runs-per-session",), dict(type=int, default=None, metavar="N", help="concurrent "
                                        "runs one session may hold (default: half of "
@@ -106,10 +109,13 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--max-runs-per-agent",), dict(type=int, default=None, metavar="N", help="concurrent "
                                      "runs one agent may hold (default: half of "
                                      "--max-runs-per-session)")),
-    (("--run-as",), dict(default="nobody", help="uid tools run as when serving as root")),
+    (("--run-as",), dict(default="nobody", help="the user tools run as when serving as root "
+                         "(default nobody)")),
     (("--no-warm",), dict(action="store_true", help="start every Python tool cold (a fresh "
                           "interpreter per call; doc/performance.md, Warm starts)")),
-    (("--revwait-timeout",), dict(type=float, default=60.0)),
+    (("--revwait-timeout",), dict(type=float, default=60.0, help="seconds a read of revwait "
+                                  "waits for the revision to move before it answers the "
+                                  "same one (default 60)")),
     (("--auth-secret",), dict(metavar="FILE", help="TCP clients must prove this shared secret "
                               "(9P Tauth); a mode-600 file of at least 16 bytes; required "
                               "with --listen-any (but for tls! under --tls-client-ca)")),
