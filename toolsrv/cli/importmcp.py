@@ -36,7 +36,7 @@ import shutil
 import sys
 from typing import Any
 
-from ..registry.metafile import MetaError, check_schema, parse_meta
+from ..registry.metafile import MAX_META_BYTES, MetaError, check_schema, parse_meta
 from ..registry.schemaref import REASON, outside_refs, ref_loop
 from ..registry.names import NAME_MAX, valid_name
 from ..registry.warmstart import SHEBANG_MAX, shebang
@@ -265,8 +265,12 @@ def plan(args: argparse.Namespace, tools: list[dict]) -> tuple[list[tuple[str, d
             meta["readOnly"] = True
         meta.update(_kept(mcp_name, t, ann))
         path = os.path.join(directory, name + ".meta")
-        try:       # what the registry would refuse is not written (and said)
-            parse_meta(json.dumps(meta, indent=2, ensure_ascii=False).encode() + b"\n")
+        try:       # what the registry would refuse is not written (and said); a schema's
+            # refs are the exception: written, listed in tools/errors, to be fixed in place
+            text = json.dumps(meta, indent=2, ensure_ascii=False).encode() + b"\n"
+            if len(text) > MAX_META_BYTES:
+                raise MetaError(f"too large: {len(text)} bytes, at most {MAX_META_BYTES}")
+            parse_meta(json.dumps({**meta, "args": {"type": "object"}}).encode())
         except MetaError as e:
             notes.append(f"tool {mcp_name!r}: not written: its .meta would be refused ({e})")
             continue

@@ -44,12 +44,15 @@ def _finite(text: str) -> float:
     return value
 
 
+_DECODER = json.JSONDecoder(parse_constant=_constant, parse_float=_finite)  # made once
+
+
 def json_state(text: str) -> tuple[str, Any]:
     """("complete", value) | ("incomplete", None) | ("invalid", reason)."""
     if not text.strip():
         return "incomplete", None
     try:
-        return "complete", json.loads(text, parse_constant=_constant, parse_float=_finite)
+        return "complete", _DECODER.decode(text)
     except json.JSONDecodeError as e:
         if _could_continue(text, e):
             return "incomplete", None
@@ -128,7 +131,11 @@ def validate(tool: Any, args: dict) -> None:
         raise P9Error(fit("invalid args: ", f"the tool's schema: {why}")) from None
     if err is not None:
         where = error_path(err)
-        raise invalid((f"{where}: " if where else "") + err.message)
+        message = err.message
+        if err.validator == "pattern" and isinstance(err.validator_value, str):
+            # as the schema spells it ('\\S' in jsonschema's repr is the pattern \S)
+            message = f"{err.instance!r} does not match the pattern {err.validator_value}"
+        raise invalid((f"{where}: " if where else "") + message)
 
 
 def invalid(detail: str) -> P9Error:
