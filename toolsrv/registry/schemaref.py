@@ -28,6 +28,7 @@ PatternTooSlow once it is spent.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from typing import Any, Iterator
 from urllib.parse import unquote, urljoin
@@ -85,17 +86,18 @@ class PatternTooSlow(Exception):
         self.pattern = pattern
 
 
-_deadline: list[float] = []   # the budget's end, while a bounded() validation runs
+_local = threading.local()    # .deadline: the budget's end, while bounded() runs (per thread)
 
 
 class bounded:
     """`with bounded():` one validation: its regexes share PATTERN_BUDGET."""
 
     def __enter__(self) -> None:
-        _deadline.append(time.monotonic() + PATTERN_BUDGET)
+        self.outer = getattr(_local, "deadline", None)
+        _local.deadline = time.monotonic() + PATTERN_BUDGET
 
     def __exit__(self, *exc: Any) -> None:
-        _deadline.pop()
+        _local.deadline = self.outer
 
 
 class _BoundedRe:
@@ -108,7 +110,8 @@ class _BoundedRe:
     @staticmethod
     def search(pattern: Any, string: Any, flags: int = 0) -> Any:
         import regex
-        left = _deadline[-1] - time.monotonic() if _deadline else PATTERN_BUDGET
+        end = getattr(_local, "deadline", None)
+        left = end - time.monotonic() if end is not None else PATTERN_BUDGET
         if left <= 0:
             raise PatternTooSlow(str(pattern))
         try:
@@ -168,12 +171,14 @@ def _key(x: Any) -> Any:
 
 _IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")     # subschemas applied to the same instance
 _IN_PLACE_ONE = ("not", "if", "then", "else")
-_IN_PLACE_MAPS = ("dependentSchemas",)
+_IN_PLACE_MAPS = ("dependentSchemas", "dependencies")   # (the old drafts' name for it)
 
 
 def ref_loop(schema: Any) -> list[str] | None:
     """The pointers of a loop of `$ref`s that never enters the instance (each step a ref,
     or an allOf/anyOf/oneOf/not/if/then/else/dependentSchemas of the same place), or None.
+    A loop that passes through properties, items and the like is a recursive schema, and
+    fine: each step goes one level into the args, so it ends with them.
     Only refs that are pointers into this document ("#", "#/...") are followed; those
     under an embedded `$id` are another document's and are not."""
     if not isinstance(schema, dict):
