@@ -89,6 +89,17 @@ def test_a_hung_command_hits_its_timeout_and_the_shell_lives_on(srv):
         assert "past-loop" not in out and out.endswith("[exit 143]")
         assert sh(c, a, "test -e marker || echo none; echo $K") == "none\nkept\n[exit 0]"
         assert sh(c, a, "f() { return 3; }; f") == "[exit 3]"
+        # killed inside a function or a sourced file, whose rest a return would run on: the
+        # shell goes with it (a new one, said), and still nothing after the kill runs
+        with open(os.path.join(read(c, "session/sh3/cwd").decode().strip(), "s.sh"), "w") as f:
+            f.write(f"sleep {LONG}; echo sourced > marker\n")
+        for command in (f"g() {{ sleep {LONG}; echo in-g > marker; }}; g; echo after > marker",
+                        ". ./s.sh; echo after > marker"):
+            out = sh(c, a, command, timeout=0.5)
+            assert "killed inside a function or a sourced file, and the shell with it; a new " \
+                "one was started" in out, out
+            assert sh(c, a, "test -e marker || echo none; echo \"[$K]\"") == "none\n[]\n[exit 0]"
+        sh(c, a, "K=kept")
         # a command that ignores SIGTERM ends the shell: a new one, and the answer says so
         out = sh(c, a, "trap '' TERM; while :; do :; done", timeout=0.3)
         assert "the shell was killed and a new one started" in out
