@@ -162,3 +162,40 @@ def test_quoted_words_never_decide_the_errno(srv):
             c.rdwr("session/h/cwd", path.encode())
         assert errno_for(e.value.ename) == errno.ENOENT, e.value.ename
         assert path in str(e.value)
+
+
+def test_slow_patterns_at_once_leave_the_server_serving(srv):
+    """Twenty calls at once whose pattern backtracks without end: each spends its budget in
+    a thread (regex lets go of the GIL while it matches), not on the loop, so a read by
+    another client is answered before the last of them is refused."""
+    app, c = srv
+    for i in range(20):
+        c.mkdir(f"session/h/agent/r{i}")
+        c.rdwr(f"session/h/agent/r{i}/ctl", b"tool_load redos")
+    done: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def slow(i: int) -> None:
+        with Client.connect(app.addr) as ci:
+            try:
+                ci.rdwr(f"session/h/agent/r{i}/tools/redos/call",
+                        json.dumps({"s": "a" * 60 + "!"}).encode())
+                got = "called"
+            except ClientError as e:
+                got = str(e)
+        with lock:
+            done.append(("slow", got))
+    threads = [threading.Thread(target=slow, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    with Client.connect(app.addr) as c2:
+        while len(done) < 2:          # the slow ones are under way (two already refused)
+            c2.read("revision")
+        c2.read("revision")
+        with lock:
+            done.append(("other", "served"))
+    for t in threads:
+        t.join(120)
+    kinds = [k for k, _ in done]
+    assert kinds.count("slow") == 20 and kinds.index("other") < len(kinds) - 1, kinds
+    assert all("ran over 0.25 s" in got for k, got in done if k == "slow"), done

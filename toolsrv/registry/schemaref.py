@@ -23,7 +23,9 @@ a minute) is a set of canonical keys, linear; and every regex a schema applies
 runs in the `regex` module with a time limit (`(a|aa)+$` backtracks exponentially):
 jsonschema's modules see `_BoundedRe` as their `re`, whose search() takes the time left
 of the budget `bounded()` sets around one validation (PATTERN_BUDGET in all), and raises
-PatternTooSlow once it is spent.
+PatternTooSlow once it is spent.  A validation that can run a regex (`uses_regex`) runs
+in a thread (tree/calls/apply.py), where regex releases the GIL while it matches: forty
+calls at once each spend their budget there, and the loop serves everyone meanwhile.
 """
 from __future__ import annotations
 
@@ -115,11 +117,18 @@ class _BoundedRe:
         if left <= 0:
             raise PatternTooSlow(str(pattern))
         try:
-            return regex.search(pattern, string, flags, timeout=left)
+            return regex.search(pattern, string, flags, timeout=left, concurrent=True)
         except TimeoutError:
             raise PatternTooSlow(str(pattern)) from None
         except regex.error:   # a pattern re takes and regex does not (metafile checked re)
             return re.search(pattern, string, flags)
+
+
+def uses_regex(schema: Any) -> bool:
+    """Whether validating against schema can run a regex (`pattern`, `patternProperties`):
+    such a validation may take its whole budget, so the server runs it off its loop."""
+    return any(isinstance(node.get("pattern"), str) or "patternProperties" in node
+               for _, node in _walk(schema, ""))
 
 
 _classes: dict[Any, Any] = {}

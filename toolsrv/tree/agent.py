@@ -21,8 +21,10 @@ never waits.
 """
 from __future__ import annotations
 
+import inspect
+
 import json
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn
 
 from .calls.apply import Calls
 from .calls.scheduler import Call, invalid_call
@@ -182,6 +184,12 @@ class CallFile(Node):
 
     def write(self, fid: Any, offset: int, data: bytes) -> int:
         n = self._take(fid, data)
+        if not isinstance(n, int):          # the args are checked off the loop: answered
+            async def later() -> int:       # once the call is made (or refused)
+                got = await n
+                answered(fid, offset + got)
+                return got
+            return later()  # type: ignore[return-value]
         answered(fid, offset + n)
         return n
 
@@ -210,8 +218,25 @@ class CallFile(Node):
         del fid.aux["argbuf"]
         if state == "invalid":
             self._refuse(P9Error(fit("invalid args: ", val)))
-        fid.aux["call"] = d.calls.begin(d.a, d.tool, val)
-        return len(data)
+        got = d.calls.begin(d.a, d.tool, val)
+        if not inspect.isawaitable(got):
+            fid.aux["call"] = got
+            return len(data)
+
+        # its schema's regexes are checked in a thread: a Tread sent behind this Twrite
+        # (the pipelined rdwr) waits for the call, as it would had the Twrite made it
+        waiting: list[Callable[[], None]] = []
+        fid.aux["checking"] = waiting
+
+        async def checked() -> int:
+            try:
+                fid.aux["call"] = await got
+            finally:
+                fid.aux.pop("checking", None)
+                for ready in waiting:
+                    ready()
+            return len(data)
+        return checked()  # type: ignore[return-value]
 
     def _refuse(self, e: P9Error, latest: bool = True) -> NoReturn:
         """Fail this Twrite: the latest call of the tool becomes this invalid one (unless
@@ -235,6 +260,9 @@ class CallFile(Node):
             d.a.note(f"call {d.tool} -> {why}")
 
     def read(self, fid: Any, offset: int, count: int) -> Any:
+        checking = fid.aux.get("checking")
+        if checking is not None:            # the Twrite's call is still being checked
+            return self._after(checking, fid, offset, count)
         call: Call | None = fid.aux.get("call")
         if call is None:
             buf = fid.aux.get("argbuf")
@@ -253,6 +281,26 @@ class CallFile(Node):
             except P9Error as e:
                 p.fail(e)
         call.waiters.append(ended)
+        return p
+
+    def _after(self, checking: list[Callable[[], None]], fid: Any, offset: int,
+               count: int) -> Pending:
+        """This read, once the call its fid's Twrite is checking is made (or refused)."""
+        p = Pending(lambda: inner[0].cancel() if inner else None)
+        inner: list[Pending] = []
+
+        def ready() -> None:
+            if p.done:
+                return
+            try:
+                r = self.read(fid, offset, count)
+            except P9Error as e:
+                return p.fail(e)
+            if type(r) is not Pending:
+                return p.give(r)
+            inner.append(r)
+            r.then(lambda v, e: p.fail(e) if e is not None else p.give(v))
+        checking.append(ready)
         return p
 
     def remove(self) -> None:

@@ -11,13 +11,16 @@ store, the runner and the scheduler's limits), not the App.
 """
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
-from typing import Any
+from typing import Any, Awaitable
 
 from . import ctl, timebound
 from .scheduler import Call, Scheduler, invalid_call
 from ...errors import P9Error, fit
 from .jsonargs import take_elevated, validate
+from ...registry.schemaref import uses_regex
 from ..state.sessions import Agent, SessionStore
 
 MAX_ARGS = 1 << 20  # bytes of JSON args one call may write (default of --max-args)
@@ -107,8 +110,10 @@ class Calls:
         self.sched.residents.drop(a, [self.registry.get(n) for n in names], why)
 
     # -- call --
-    def begin(self, a: Agent, tool_name: str, args: Any) -> Call:
-        """Validate args and start the call, or raise the Rerror for the writer."""
+    def begin(self, a: Agent, tool_name: str, args: Any) -> Call | Awaitable[Call]:
+        """Validate args and start the call, or raise the Rerror for the writer.  A schema
+        that can run a regex is checked in a thread (schemaref: its budget may be spent
+        there), and then this is an awaitable of the Call."""
         tool = self.registry.get(tool_name)
         if tool is None or tool_name not in a.loaded:
             raise P9Error(f"no such tool: {tool_name}")
@@ -116,12 +121,33 @@ class Calls:
             if not isinstance(args, dict):
                 raise P9Error(fit("invalid args: ", "must be a JSON object"))
             elevated = take_elevated(args)
+            if slow_schema(tool):
+                return self._begin_checked(a, tool_name, tool, args, elevated)
             validate(tool, args)
             timebound.check(tool, args, timebound.limit(tool, a.session.sandbox, self.timeout))
         except P9Error as e:
-            self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
-            a.note(f"call {tool_name} {_short(args)} -> {e.full}")
+            self._refused(a, tool_name, args, e)
             raise
+        return self._start(a, tool_name, tool, args, elevated)
+
+    async def _begin_checked(self, a: Agent, tool_name: str, tool: Any, args: dict,
+                             elevated: bool) -> Call:
+        try:
+            await asyncio.get_running_loop().run_in_executor(_checks(), validate, tool, args)
+            if self.registry.get(tool_name) is not tool or tool_name not in a.loaded:
+                raise P9Error(f"no such tool now: {tool_name} (it changed or was unloaded "
+                              "while its args were checked)")
+            timebound.check(tool, args, timebound.limit(tool, a.session.sandbox, self.timeout))
+        except P9Error as e:
+            self._refused(a, tool_name, args, e)
+            raise
+        return self._start(a, tool_name, tool, args, elevated)
+
+    def _refused(self, a: Agent, tool_name: str, args: Any, e: P9Error) -> None:
+        self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
+        a.note(f"call {tool_name} {_short(args)} -> {e.full}")
+
+    def _start(self, a: Agent, tool_name: str, tool: Any, args: dict, elevated: bool) -> Call:
         text = _to_json(args)       # the log line's, and the tool's stdin
         c = Call(tool_name, a, args, elevated)
         try:
@@ -138,6 +164,28 @@ class Calls:
 
 
 _to_json = json.JSONEncoder(ensure_ascii=False).encode   # json.dumps would make one a call
+_pool: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def _checks() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads that check args against schemas that can run a regex (made on first use;
+    four: a few slow checks at once, while the loop's own default executor stays free)."""
+    if not _pool:
+        _pool.append(concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="argcheck"))
+    return _pool[0]
+
+
+_slow: dict[int, tuple[Any, bool]] = {}
+
+
+def slow_schema(tool: Any) -> bool:
+    """Whether checking args against the tool's schema can run a regex (cached per schema)."""
+    hit = _slow.get(id(tool.schema))
+    if hit is None or hit[0] is not tool.schema:
+        if len(_slow) > 4096:
+            _slow.clear()
+        hit = _slow[id(tool.schema)] = (tool.schema, uses_regex(tool.schema))
+    return hit[1]
 
 
 def _short(args: Any) -> str:
