@@ -345,6 +345,13 @@ def test_an_override_is_ambiguous_and_a_symlink_is_skipped_not_fatal(srv):
     assert "pkg/shapes.py:2:9:" in str(e.value) and "pkg/shapes.py:8:9:" in str(e.value)
     assert ag("lsp_definition", symbol="Circle.area") == \
         "pkg/shapes.py:8:9: def area(self):\n"
+    # an edit on disk of a file the server has open is seen by the next symbol lookup
+    write_project(ag.cwd, {"pkg/shapes.py": OVERRIDE["pkg/shapes.py"].replace(
+        "    def area(self):\n        \"\"\"Round.", "    def perimeter(self):\n        \"\"\"Round.")})
+    assert ag("lsp_definition", symbol="Circle.perimeter") == \
+        "pkg/shapes.py:8:9: def perimeter(self):\n"
+    assert ag("lsp_definition", symbol="area") == "pkg/shapes.py:2:9: def area(self):\n"
+    write_project(ag.cwd, {"pkg/shapes.py": OVERRIDE["pkg/shapes.py"]})
     assert ag("lsp_diagnostics") == \
         "main.py:1:1: warning: 'os' imported but unused [pyflakes]\n" \
         "main.py:2:7: error: undefined name 'undefined_thing' [pyflakes]\n"

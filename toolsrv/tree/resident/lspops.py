@@ -133,6 +133,8 @@ async def workspace_symbols(ctx: Ctx, query: str) -> list[dict[str, Any]]:
     for path in res.get("paths", []):
         uri = path_uri(path)       # asked unopened first: opening a thousand files would
         try:                       # make the server analyse them all
+            if uri in c.docs:      # but one it has open answers from the text it was
+                await ctx.doc(path)   # given: synced first, or an edit on disk is unseen
             got = await c.request("textDocument/documentSymbol", {"textDocument": {"uri": uri}})
         except ResponseError:      # a server that answers for open files only
             try:
