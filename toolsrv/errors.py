@@ -201,7 +201,13 @@ def defuse(text: str, keep: str = "input/output") -> str:
     pattern = _BEFORE.get(keep)
     if pattern is None:
         pattern = _BEFORE[keep] = _before(keep)
-    return pattern.sub(cut, text.replace(JOINER, ""))
+    out = text.replace(JOINER, "")
+    for _ in range(4):         # again: a word left whole inside a phrase ("is a directory")
+        more = pattern.sub(cut, out)
+        if more == out:
+            break
+        out = more
+    return out
 
 
 def words(ename: str) -> str:

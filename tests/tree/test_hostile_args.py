@@ -151,7 +151,8 @@ def test_a_schema_whose_refs_loop_is_refused_at_load(srv):
 def test_quoted_words_never_decide_the_errno(srv):
     app, c = srv
     for body in ('{"mode": "Permission"}', '{"mode": "exists"}', '{"mode": "not found"}',
-                 '{"mode": "no such thing"}', '{"mode": "a directory"}'):
+                 '{"mode": "no such thing"}', '{"mode": "a directory"}',
+                 '{"mode": "this is a directory"}', '{"mode": "a bad file"}'):
         err = refused(c, "mode", body)
         assert errno_for(err.ename) == errno.EINVAL, (err, err.ename)
         assert json.loads(body)["mode"] in err            # as a person reads it
