@@ -83,6 +83,9 @@ def test_call_shortcut(served):
         r = run(env, "call", *argv, "{}")
         assert r.returncode == 2 and words in r.stderr, r.stderr
     assert "c9" not in run(env, "ls", "session").stdout.split()
+    r = run(env, "call", "c1", "bot", "file_read", '{"n": ' + "9" * 5000 + "}")
+    assert r.returncode == 2 and "args are not usable JSON: Exceeds the limit" in r.stderr \
+        and "Traceback" not in r.stderr, r.stderr            # a usage error, no traceback
     for n in ("0", "101"):
         r = run(env, "search", "-n", n, "read a file")
         assert r.returncode == 2 and f"-n {n}: give 1 to 100 tools" in r.stderr, r.stderr

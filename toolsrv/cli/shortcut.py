@@ -39,6 +39,8 @@ def args_problem(text: str) -> str | None:
                 f"column {e.colno} (char {e.pos})")
     except RecursionError:
         return "args are not one JSON object: nested too deeply"
+    except ValueError as e:      # an integer of more digits than int() takes
+        return f"args are not usable JSON: {e}"
     if not isinstance(val, dict):
         kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null",
                 int: "a number", float: "a number"}.get(type(val), type(val).__name__)
