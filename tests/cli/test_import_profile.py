@@ -96,6 +96,12 @@ def test_no_profile_keeps_the_old_way_and_a_foreign_profile_is_not_replaced(home
         assert p.returncode == 1 and "mcp.time.yaml: file already exists" in p.stderr
         assert "nothing written" in p.stderr and not os.path.exists(e)
         assert open(os.path.join(sb, "mcp.time.yaml")).read() == "filesystem: {}\n"
+        # one import-mcp wrote for another command line is said to be so
+        os.remove(os.path.join(sb, "mcp.time.yaml"))
+        assert import_mcp(home, "--dir", e, "--", TIME).returncode == 0
+        p = import_mcp(home, "--dir", e + "2", "--", TIME, "--local-timezone", "UTC")
+        assert p.returncode == 1 and "mcp.time.yaml: already written by import-mcp for " \
+            f"another command ({TIME}); give --profile NAME" in p.stderr, p.stderr
     finally:
         shutil.rmtree(d, ignore_errors=True)
 

@@ -395,6 +395,12 @@ def main(argv: list[str]) -> int:
             text = profile_text(name, args.command, profile_for(need))
             old = _read(path) if os.path.lexists(path) else None
             if old is not None and not args.force and not old.startswith(text.split("\n")[0]):
+                mine = f"# {name} — written by toolsrv import-mcp for "
+                if old.startswith(mine):      # ours, for another command line
+                    other = old.split("\n", 1)[0][len(mine):].rstrip(":")
+                    raise ImportError_(f"{path}: already written by import-mcp for another "
+                                       f"command ({other}); give --profile NAME for this "
+                                       "one, or --force to replace it")
                 raise ImportError_(f"{path}: file already exists, not written by import-mcp "
                                    "(use --force to replace it, --profile NAME for another)")
             profile = (path, text)
