@@ -130,8 +130,13 @@ def handshake_error(e: BaseException, where: str) -> TLSError:
     """A failed handshake as a sentence naming the peer and what to do."""
     ssl = _ssl()
     if isinstance(e, ssl.SSLCertVerificationError):
+        why = e.verify_message or e.reason
+        if "mismatch" in str(why):    # trusted, but made out to another name or address
+            return TLSError(f"{where}: the server's certificate is not for this address: "
+                            f"{why} (dial the name or address it was made for, or give the "
+                            "server a certificate whose subjectAltName holds this one)")
         return TLSError(f"{where}: the server's certificate is not trusted: "
-                        f"{e.verify_message or e.reason} (pass --tls-ca FILE or set "
+                        f"{why} (pass --tls-ca FILE or set "
                         "$TOOLSRV_TLS_CA to the CA that signed it)")
     if isinstance(e, ssl.SSLError):
         why = e.reason or str(e)
