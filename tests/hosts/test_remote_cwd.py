@@ -153,3 +153,46 @@ def test_a_tools_scoped_connection_may_not_set_a_remote_cwd(front):
     assert node is not None
     with pytest.raises(Exception, match="outside this tool's scope"):
         AgentScope("sc", "a")(node, "write")
+
+
+def test_a_remote_that_stops_answering_fails_its_call_at_the_heartbeat(monkeypatch):
+    """A remote stopped mid-call (SIGSTOP: a host frozen, a network cut) no longer holds
+    the agent's call for CALL_BOUND (an hour): the front asks it its revision while calls
+    are forwarded, hangs up when that goes unanswered, and the call fails saying so."""
+    import signal
+    import threading
+    from toolsrv.hosts import imports
+    monkeypatch.setattr(imports, "HEARTBEAT", 0.2)
+    monkeypatch.setattr(imports, "HEARTBEAT_WAIT", 1.0)
+    far = Server({"sleepy": SLEEPY}).start()
+    a = AppThread([tools_dir()], imports=[f"far={far.addr}"]).start()
+    stopped = False
+    try:
+        with Client.connect(a.addr) as c:
+            assert wait_for(lambda: b"far.sleepy" in c.read("tools/index"))
+            base = agent(c, "hb", "far.sleepy")
+            got: list[str] = []
+
+            def call() -> None:
+                with Client.connect(a.addr) as c2:
+                    try:
+                        c2.rdwr(f"{base}/tools/far.sleepy/call", b"{}")
+                        got.append("answered")
+                    except ClientError as e:
+                        got.append(str(e))
+            t = threading.Thread(target=call)
+            t.start()
+            with Client.connect(far.addr) as r:    # the run is going there: stop the host
+                assert wait_for(lambda: any(
+                    r.read(f"session/{d.name}/agent/a/tools/sleepy/status").startswith(
+                        b"running") for d in r.ls("session") if d.name.endswith("-hb")))
+            os.kill(far.p.pid, signal.SIGSTOP)
+            stopped = True
+            t.join(60)
+            assert got and "far at " in got[0] and "did not answer for 1s (stopped, or cut " \
+                "off)" in got[0], got
+    finally:
+        if stopped:
+            os.kill(far.p.pid, signal.SIGCONT)
+        stop_clean(a)
+        far.cleanup()

@@ -48,6 +48,8 @@ LOAD_TIMEOUT = 60.0      # seconds to read the index and every tool's files
 REVWAIT_BOUND = 600.0    # a revwait read unanswered this long: ask again
 MAX_READ = 16 << 20      # bytes of one remote file (a call's result, out, err)
 CALL_BOUND = 3600.0      # seconds a remote call may go unanswered (its own timeout is there)
+HEARTBEAT = 15.0         # while calls are forwarded, the remote is asked its revision this
+HEARTBEAT_WAIT = 20.0    # often, and given this long to answer, or it is taken for gone
 BACKOFF_MIN, BACKOFF_MAX = 0.5, 30.0
 STATES = ("ok", "exit", "timeout", "killed", "invalid", "refused", "error", "failed")
 
@@ -130,6 +132,8 @@ class Import:
     def __init__(self, spec: Spec, registry: Any, front: str) -> None:
         self.spec, self.registry, self.front = spec, registry, front
         self.nine: NineP | None = None
+        self.forwarding = 0       # calls forwarded now (the heartbeat asks only then)
+        self.silent = False       # the heartbeat hung up on this connection
         self.why = "not connected yet"
         self.task: asyncio.Task | None = None
         self.made: set[tuple[str, str]] = set()
@@ -184,6 +188,7 @@ class Import:
                 nine = await asyncio.wait_for(self._dial(), DIAL_TIMEOUT)
                 log.info("%s: connected to %s", self.spec.name, self.spec.addr)
                 self.made, self.loaded, self.sessions = set(), set(), set()
+                self.silent = False
                 await self._follow(nine)
             except asyncio.CancelledError:
                 raise
@@ -214,6 +219,33 @@ class Import:
         rev = await asyncio.wait_for(self._revision(nine, "revision", b""), LOAD_TIMEOUT)
         await asyncio.wait_for(self._load(nine), LOAD_TIMEOUT)
         self.nine, self.came_up = nine, True
+        beat = asyncio.get_running_loop().create_task(self._heartbeat(nine))
+        try:
+            await self._revisions(nine, rev)
+        finally:
+            beat.cancel()
+
+    async def _heartbeat(self, nine: NineP) -> None:
+        """While calls are forwarded, ask the remote its revision every HEARTBEAT: one
+        that stopped answering (stopped, cut off by the network) is hung up on after
+        HEARTBEAT_WAIT, so its calls fail then ("did not answer...") instead of waiting
+        out CALL_BOUND, and the import dials again."""
+        while nine.alive:
+            await asyncio.sleep(HEARTBEAT)
+            if not self.forwarding:
+                continue
+            try:
+                await asyncio.wait_for(nine.read("revision"), HEARTBEAT_WAIT)
+            except asyncio.TimeoutError:
+                log.warning("%s: %s did not answer for %gs during a call: hung up",
+                            self.spec.name, self.spec.addr, HEARTBEAT_WAIT)
+                self.silent = True
+                nine.close()
+                return
+            except (OSError, NinePError, EOFError):
+                return
+
+    async def _revisions(self, nine: NineP, rev: int) -> None:
         while True:
             try:
                 got = await asyncio.wait_for(self._revision(nine, "revwait", b"%d\n" % rev),
@@ -354,6 +386,7 @@ class Import:
 
     async def _forward(self, nine: NineP, call: Any, path: str) -> None:
         forward = nine.call(f"{path}/call", call.stdin or b"{}", f"{path}/err")   # sent now
+        self.forwarding += 1
         why: list[str] = []
 
         def stop(reason: str) -> None:
@@ -372,11 +405,14 @@ class Import:
         except (OSError, EOFError) as e:
             call.result = RemoteResult()
             call.state = "failed"
+            gone = f"did not answer for {HEARTBEAT_WAIT:g}s (stopped, or cut off): hung up" \
+                if self.silent else f"{e or 'hung up'}"
             call.reason = f"input/output error: {self.spec.name} at {self.spec.addr}: " \
-                          f"{e or 'hung up'} during the call"
+                          f"{gone} during the call"
             return
         finally:
             timer.cancel()
+            self.forwarding -= 1
         if why:
             call.result = RemoteResult()
             if why[0] == "killed":
