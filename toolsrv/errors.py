@@ -54,6 +54,14 @@ def fit(prefix: str, detail: str, suffix: str = SUFFIX) -> Fitted:
     return out
 
 
+def quoting(prefix: str, detail: str, keep: str, suffix: str = SUFFIX) -> P9Error:
+    """The P9Error of fit(prefix, detail, suffix) where detail quotes someone else's words
+    (args, a schema, a path): 9pfuse's words in it that would outrank `keep` are defused
+    in the Rerror, and the log's text (`full`) has them as written."""
+    out = fit(prefix, defuse(detail, keep), suffix)
+    return P9Error(out, full=words(out.full))
+
+
 def busy(what: str, limit: int | None = None, then: str = "") -> str:
     """The Rerror of a bound reached or a name not yet free: `resource busy: WHAT`, then
     ` (limit N)` and ` (THEN)`, what the client may do (9pfuse: EBUSY)."""

@@ -230,37 +230,17 @@ def test_cancel_sends_notifications_cancelled_then_kills(srv):
         assert read(c, a + "/tools/sleep/status").startswith(b"killed")
 
 
-BIG = """\
-import json, os, sys
-size = int(os.environ.get("BIG_LINE", "0"))
-for line in sys.stdin:
-    m = json.loads(line)
-    if "id" not in m:
-        continue
-    if m["method"] == "initialize":
-        r = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
-             "serverInfo": {"name": "big", "version": "1"}}
-    else:
-        r = {"tools": [
-            {"name": "wordy", "description": "w" * 100_000, "inputSchema": {"type": "object"}},
-            {"name": "huge", "description": "h", "inputSchema": {
-                "type": "object", "properties": {"x": {"enum": ["v" * 1000] * 1200}}}},
-            {"name": "fine", "description": "f", "inputSchema": {"type": "object"}}]}
-        if size:
-            r["pad"] = "p" * size
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}) + "\\n")
-    sys.stdout.flush()
-"""
+HOSTILE = str(HERE / "tools" / "hostile_mcp.py")
 
 
 def test_import_writes_only_what_the_registry_takes_and_says_why(tmp_path):
     """A description longer than a .meta may hold is cut (and said); a tool whose .meta
     would be refused (over 1 MiB) is not written, and the note says why; the others are;
     a server line past 16 MiB is refused by name, not read into memory without end."""
-    server = tmp_path / "big.py"
-    server.write_text(BIG)
     out = tmp_path / "tools"
-    p = import_mcp("--dir", str(out), "--no-profile", "--", sys.executable, str(server))
+    p = subprocess.run([sys.executable, "-m", "toolsrv", "import-mcp", "--dir", str(out),
+                        "--no-profile", "--", sys.executable, HOSTILE], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, HOME=HOME, MODE="big"))
     assert p.returncode == 0, p.stderr
     assert sorted(f.name for f in out.iterdir()) == ["fine.meta", "wordy.meta"]
     assert "note: tool 'wordy': its description is cut to 8192 of 100000 characters" \
@@ -273,7 +253,7 @@ def test_import_writes_only_what_the_registry_takes_and_says_why(tmp_path):
         parse_meta(f.read_bytes())           # the registry takes every file written
     p = subprocess.run([sys.executable, "-m", "toolsrv", "import-mcp", "--dir",
                         str(tmp_path / "none"), "--no-profile", "--", sys.executable,
-                        str(server)], capture_output=True, text=True, timeout=60,
-                       env=dict(os.environ, HOME=HOME, BIG_LINE=str(17 << 20)))
+                        HOSTILE], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, HOME=HOME, MODE="big", BIG_LINE=str(17 << 20)))
     assert p.returncode == 1 and "it sent a line longer than 16 MiB" in p.stderr, p.stderr
     assert not (tmp_path / "none").exists()

@@ -245,10 +245,11 @@ def plan(args: argparse.Namespace, tools: list[dict]) -> tuple[list[tuple[str, d
         for ref in outside_refs(schema):
             notes.append(f"tool {mcp_name!r}: args: $ref to {ref!r} {REASON}; toolsrv lists "
                          f"{name} in tools/errors until its schema is fixed")
-        if ref_loop(schema):
+        loop = ref_loop(schema)
+        if loop:
             notes.append(f"tool {mcp_name!r}: args: $refs loop without end ("
-                         f"{' -> '.join(ref_loop(schema) or ())}); toolsrv lists {name} in "
-                         "tools/errors until its schema is fixed")
+                         f"{' -> '.join(loop)}); toolsrv lists {name} in tools/errors until "
+                         "its schema is fixed")
         kind = schema.get("type", "object")
         if kind != "object" and not (isinstance(kind, list) and "object" in kind):
             raise ImportError_(f"{mcp_name}.inputSchema.type: must be \"object\", not "

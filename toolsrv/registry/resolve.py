@@ -26,7 +26,7 @@ from functools import cached_property
 from typing import Any
 
 from .metafile import HINTS, default_args, validator_class
-from .schemaref import validator as schema_validator
+from .schemaref import uses_regex, validator as schema_validator
 from ..record import Frozen, setfield
 from .variants import Host
 from . import warmstart
@@ -172,6 +172,12 @@ class Tool(Frozen):
         annotations, as the drafts specify; refs resolve only inside the schema), built
         on first use."""
         return schema_validator(self.schema, validator_class(self.schema))
+
+    @cached_property
+    def runs_regex(self) -> bool:
+        """Whether checking call args can run a regex (schemaref.uses_regex): such a check
+        may spend its whole budget, so the server makes it off its loop."""
+        return uses_regex(self.schema)
 
 
 def _pretty(v: Any) -> str:

@@ -121,7 +121,10 @@ class Calls:
             if not isinstance(args, dict):
                 raise P9Error(fit("invalid args: ", "must be a JSON object"))
             elevated = take_elevated(args)
-            if slow_schema(tool):
+            slow = getattr(tool, "runs_regex", None)   # a registry Tool's, worked out once
+            if slow is None:
+                slow = uses_regex(tool.schema)
+            if slow:
                 return self._begin_checked(a, tool_name, tool, args, elevated)
             validate(tool, args)
             timebound.check(tool, args, timebound.limit(tool, a.session.sandbox, self.timeout))
@@ -175,17 +178,6 @@ def _checks() -> concurrent.futures.ThreadPoolExecutor:
     return _pool[0]
 
 
-_slow: dict[int, tuple[Any, bool]] = {}
-
-
-def slow_schema(tool: Any) -> bool:
-    """Whether checking args against the tool's schema can run a regex (cached per schema)."""
-    hit = _slow.get(id(tool.schema))
-    if hit is None or hit[0] is not tool.schema:
-        if len(_slow) > 4096:
-            _slow.clear()
-        hit = _slow[id(tool.schema)] = (tool.schema, uses_regex(tool.schema))
-    return hit[1]
 
 
 def _short(args: Any) -> str:

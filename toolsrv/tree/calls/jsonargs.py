@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 
-from ...errors import P9Error, defuse, fit, words
+from ...errors import P9Error, fit, quoting
 from ...registry.schemaref import PATTERN_BUDGET, PatternTooSlow, bounded, unresolved, \
     validator as schema_validator
 
@@ -142,8 +142,7 @@ def invalid(detail: str) -> P9Error:
     """`invalid args: DETAIL (invalid argument)`, fitted, with DETAIL's words that would
     outrank "argument" for 9pfuse defused in the Rerror (the args and schema it quotes are
     not toolsrv's words); the log has them as written."""
-    out = fit("invalid args: ", defuse(detail, "argument"))
-    return P9Error(out, full=words(out.full))
+    return quoting("invalid args: ", detail, "argument")
 
 
 def take_elevated(args: dict) -> bool:

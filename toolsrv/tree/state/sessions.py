@@ -53,7 +53,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from ... import errors as E
 from ...dirs import trusted
-from ...errors import P9Error, busy, defuse, fit, words
+from ...errors import P9Error, busy, fit, quoting
 from ...registry.names import valid_name
 from ...record import Plain
 
@@ -303,8 +303,8 @@ class SessionStore:
 
     def set_cwd(self, s: Session, path: str) -> None | Awaitable[None]:
         if not os.path.isabs(path) or not os.path.isdir(path):
-            out = fit("cwd: no such directory: ", defuse(path, "no such"), "")  # a path's
-            raise P9Error(out, full=words(out.full))      # words never decide the errno
+            # a path's words never decide the errno (errors.quoting)
+            raise quoting("cwd: no such directory: ", path, "no such", "")
         path = os.path.realpath(path)
         old = s.cwd, s.private_cwd
         mine = os.path.realpath(s.cwd)
