@@ -40,3 +40,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         expr = item.config.getoption("markexpr") or ""
         if "slow" not in expr.replace("not slow", ""):
             pytest.skip("slow: run with -m slow")
+
+
+from loopprobe import loop_probe  # noqa: E402,F401  (the loop-lag probe: tests/loopprobe.py)
