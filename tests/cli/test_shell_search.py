@@ -84,6 +84,15 @@ def test_echo_then_cat_of_the_agents_search_file(server, mnt):
     assert first_names(r.stdout) == ["img_scale"]
 
 
+def test_one_read_write_descriptor_on_the_agents_search_file(server, mnt):
+    """Issue 46 item 1: the descriptor reads after its write; the first line is whole."""
+    env, _ = server
+    a = f"{mnt}/session/sh46/agent/me"
+    r = sh(f"mkdir {mnt}/session/sh46 {a} && exec 3<> {a}/search && "
+           f"echo 'shrink a photo' >&3 && head -n 1 <&3", env, check=True)
+    assert r.stdout.startswith("img_scale\t") and r.stdout.count("\n") == 1, r.stdout
+
+
 def test_one_read_write_descriptor_on_tools_search(server, mnt):
     env, _ = server
     r = sh(f"exec 3<> {mnt}/tools/search && echo 'shrink a photo' >&3 && cat <&3", env,

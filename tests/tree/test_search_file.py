@@ -170,6 +170,29 @@ def test_the_agent_search_file_keeps_the_last_answer_for_any_fid(srv, c):
     assert lines(c.read(f"{base}/search"))[0][0] == "img_scale"    # the error kept it
 
 
+def test_the_agent_search_file_on_a_read_write_fid_answers_from_where_the_write_ended(srv, c):
+    """Issue 46 item 1: `exec 3<>search; echo need >&3; head -n 1 <&3` reads at the
+    offset its write left; the answer starts there, whole (it lost as many bytes as the
+    need had)."""
+    c.mkdir("session/s46")
+    c.mkdir("session/s46/agent/a")
+    p = connect(srv)
+    f = next(_fids)
+    p.walk(0, f, "session/s46/agent/a/search")
+    p.open(f, ORDWR)
+    need = b"shrink a photo\n"
+    p.write(f, need, offset=0)
+    got = p.read(f, offset=len(need))
+    assert got.startswith(b"img_scale\t"), got[:40]
+    assert p.read(f, offset=len(need) + 4) == got[4:]          # sliced from that origin
+    again = b"what time\n"
+    p.write(f, again, offset=len(need) + len(got))              # the descriptor's offset
+    assert p.read(f, offset=len(need) + len(got) + len(again)).startswith(b"tz_now\t")
+    p.clunk(f)
+    p.close()
+    assert lines(c.read("session/s46/agent/a/search"))[0][0] == "tz_now"   # any fid, at 0
+
+
 def test_each_agent_has_its_own_answer(c):
     c.mkdir("session/s2")
     c.mkdir("session/s2/agent/x")

@@ -9,7 +9,9 @@ and searched on that Twrite, so every error (an empty need, one over 4 KiB, a ma
                                 nothing reads end of file at once.
   session/S/agent/A/search      on the agent: any fid reads the agent's last answer, so a
                                 shell's `echo need > search; cat search` (9pfuse opens
-                                separate fids for the two) works.
+                                separate fids for the two) works; a fid that wrote reads
+                                it from where its writes ended, as `tools/search` does
+                                (`exec 3<>search`: the descriptor reads after its write).
 Every search runs in the server's one search worker thread (`Searcher`): the first loads
 the semantic model and indexes every tool (seconds at 10,000 tools), each one after it
 re-indexes what moved and ranks (a few ms).  The event loop only takes the list of what
@@ -27,7 +29,7 @@ from typing import Any, Awaitable
 
 from ..errors import P9Error
 from ..registry.search import LIMIT_DEFAULT, NEED_MAX, SearchIndex, answer_text, parse_need
-from .node import Node, answer_read, answered, snapshot_read
+from .node import Node, answer_read, answered
 
 log = logging.getLogger("toolsrv.search")
 
@@ -180,6 +182,7 @@ class AgentSearchFile(Node):
         except P9Error as e:
             self.a.note(f"search -> error: {e.full}")
             raise
+        answered(fid, offset + len(data))      # the fid's next read answers afresh
         if got is None:
             return len(data)
         done = self.a.extra["searching"] = asyncio.Event()   # a pipelined read waits
@@ -222,9 +225,9 @@ class AgentSearchFile(Node):
         if done is not None and not done.is_set():
             async def later() -> bytes:
                 await done.wait()
-                return snapshot_read(fid, self._answer, offset, count)
+                return answer_read(fid, self._answer, offset, count)
             return later()
-        return snapshot_read(fid, self._answer, offset, count)
+        return answer_read(fid, self._answer, offset, count)
 
     def truncate(self, fid: Any) -> None:
         return None
