@@ -66,6 +66,14 @@ for line in sys.stdin:
     print(json.dumps({"output": "ok"}), flush=True)
 '''
 
+PYREAD = r'''#!/usr/bin/env python3
+import json, sys
+try:
+    print(open(json.load(sys.stdin)["path"]).read())
+except OSError as e:
+    sys.exit(e.strerror)
+'''
+
 
 @pytest.fixture(scope="module")
 def srv():
@@ -74,6 +82,7 @@ def srv():
     add_tool(d, "counter_ro", COUNTER, {"resident": {"protocol": "lines"}, "readOnly": True})
     add_tool(d, "dies", DIES, {"resident": True})
     add_tool(d, "idler", IDLE, {"resident": {"idle": 2}})
+    add_tool(d, "pyread", PYREAD, {"resident": {"protocol": "python"}})
     app = AppThread([d], timeout=5, max_args=1 << 20).start()
     app.tools = d
     yield app
@@ -367,3 +376,38 @@ def test_an_elevated_call_of_a_resident_tool_is_refused(srv):
                                               r"\(not implemented\)"):
             call(c, a, "counter", {"elevated": True})
         assert call(c, a, "counter", {}).split()[0] == b"2"     # the process was left alone
+
+
+@pytest.mark.parametrize("tool, args", [("counter", {"op": "read"}), ("pyread", {})])
+def test_an_edited_profile_that_revokes_a_grant_ends_the_resident_before_its_next_call(
+        srv, tmp_path, monkeypatch, tool, args):
+    """Issue 44.3 (repro/round4/resident_profile_stale.sh): the process was restarted on a
+    change of the profile's name only, so a grant revoked on disk stayed in force in the
+    resident process (the lines protocol, the bundled shell, the python host) while cold
+    runs lost it at once."""
+    from toolsrv.run.sandbox import default_shipped_dir
+    shipped = (default_shipped_dir() / "default.yaml").read_text()
+    os.chmod(tmp_path, 0o755)
+    secret = tmp_path / "secret" / "s.txt"
+    secret.parent.mkdir(mode=0o755)
+    secret.write_text("TOP-SECRET")
+    secret.chmod(0o644)
+    mine = tmp_path / "home" / ".config" / "ollie" / "sandbox"
+    mine.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    profile = mine / f"rev{tool}.yaml"
+    profile.write_text(shipped.replace("  ro:\n", f"  ro:\n    - {secret.parent}\n", 1))
+    args = {**args, "path": str(secret)}
+    with connect(srv) as c:
+        a = agent(c, f"rev{tool}", "a", tool)
+        rdwr(c, f"session/rev{tool}/sandbox", f"rev{tool}".encode())
+        assert b"TOP-SECRET" in call(c, a, tool, args)                 # granted
+        profile.write_text(shipped)                                      # revoked on disk
+        with pytest.raises(RemoteError, match=re.escape(defuse("Permission denied"))):
+            call(c, a, tool, args)
+        log = read(c, a + "/log").decode()
+        assert f"resident {tool} -> stopped: sandbox profile rev{tool} edited" in log
+        profile.write_text(shipped + "# a comment only\n")             # same grants:
+        with pytest.raises(RemoteError):                                 # the process stays
+            call(c, a, tool, args)
+        assert read(c, a + "/log").decode().count("stopped:") == 1

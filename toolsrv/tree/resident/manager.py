@@ -7,7 +7,8 @@ the tools directory, declared sandbox and interpreter, so an agent's bundled Pyt
 share one interpreter, which ends with the last of them unloaded) and gives each call
 of that tool to the entry's process, starting it first when there is none:
   - start: `Runner.open_resident`, confined as a cold run is, in the session's cwd and
-    sandbox; a change of either restarts the process at the next call;
+    sandbox; a change of either, or an edit of the profile's file (the Profile compared
+    whole, so its grants are what counts), restarts the process at the next call;
   - a call: `process.lines_call`, or `tools/call` through `mcp.Client`
     (initialized once per process); calls of one entry run one at a time, in order (the
     entry's lock is FIFO);
@@ -67,7 +68,7 @@ class Entry(Plain):
         self.idle = idle
         self.proc: resident.Process | None = None
         self.client: mcpproto.Client | None = None
-        self.where: tuple = ()          # (cwd, profile) the process was started with
+        self.where: tuple = ()          # (cwd, Profile, command) it was started with
         self.fails = 0                  # failed starts in a row
         self.next_try = 0.0             # monotonic time before which no start is tried
         self.stopped = ""               # why the last process ended
@@ -195,12 +196,13 @@ class Residents:
         if req.elevated:
             _fail(call, "refused", "elevation: not for resident tools (not implemented)")
             return None
-        where = (req.cwd, req.profile.name, e.key if job else tuple(req.argv))
+        # the profile itself, not its name: an edit that revokes a grant ends the process
+        # before its next call (load_profile reads a profile again once it changed)
+        where = (req.cwd, req.profile, e.key if job else tuple(req.argv))
         if e.protocol == "lsp":          # a profile the tool names (lsp) replaces the
             where += (call.agent.session.sandbox,)    # session's; its change restarts too
         if e.proc is not None and (not e.proc.alive or e.where != where):
-            why = e.proc.exit_reason() if not e.proc.alive else \
-                "command changed" if e.where[2:3] != where[2:3] else "sandbox or cwd changed"
+            why = e.proc.exit_reason() if not e.proc.alive else _changed(e.where, where)
             self._end(e, why)
         if e.proc is None:
             try:
@@ -471,6 +473,16 @@ def compact(args: Any) -> bytes:
         return _compact(args).encode()
     except UnicodeEncodeError:
         return json.dumps(args, separators=(",", ":")).encode()
+
+
+def _changed(was: tuple, now: tuple) -> str:
+    """Why a resident process is restarted: what differs between its (cwd, profile,
+    command) and the call's."""
+    if was[2:3] != now[2:3]:
+        return "command changed"
+    if was[1:2] == now[1:2] or was[1].name != now[1].name:
+        return "sandbox or cwd changed"
+    return f"sandbox profile {now[1].name} edited"
 
 
 def _fail(call: Any, state: str, reason: str, detail: str | None = None) -> None:
