@@ -39,12 +39,10 @@ from typing import Any
 from ..registry.metafile import MAX_META_BYTES, MetaError, check_schema, parse_meta
 from ..registry.schemaref import REASON, outside_refs, ref_loop
 from ..registry.names import NAME_MAX, valid_name
-from ..registry.warmstart import SHEBANG_MAX, shebang
-from ..run.init.wire import DEFAULT_PATH   # a run's PATH unless its profile says otherwise
 from ..tree.resident.mcp import Client, MCPError
+from .importgrant import grants, start_confined
 
 DEFAULT_TIMEOUT = 30.0
-PROFILE_COVERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
 class ImportError_(Exception):
@@ -153,47 +151,24 @@ async def _stderr_tail(proc: asyncio.subprocess.Process, grace: float = 1.0) -> 
     return f" (its stderr: {lines[-1].strip()})" if lines else ""
 
 
-def command_text(argv: list[str]) -> tuple[str, str]:
-    """(the .meta's cmd, the program's absolute path)."""
+def command_words(argv: list[str]) -> list[str]:
+    """The command line as a call runs it, in the session's cwd: the program and each
+    argument that names a file here (the script) made absolute."""
     prog = argv[0]
     if "/" not in prog:
         found = shutil.which(prog)
         if found is None:
             raise ImportError_(f"{prog}: not found on $PATH")
         prog = found
-    prog = os.path.abspath(prog)
-    words = [prog, *argv[1:]]
-    if len(words) == 1 and re.fullmatch(r"/[A-Za-z0-9._+,:@%/-]*", prog):
-        return prog, prog
-    return "exec " + shlex.join(words), prog
+    return [os.path.abspath(prog), *(os.path.abspath(a) if not a.startswith("-") and
+                                     os.path.isfile(a) else a for a in argv[1:])]
 
 
-def grants(prog: str) -> list[str]:
-    """Paths outside the default profile's system directories the server needs."""
-    need = [os.path.dirname(prog)]
-    try:
-        with open(prog, "rb") as f:
-            words = shebang(f.read(SHEBANG_MAX))
-    except OSError:
-        words = []
-    if words:
-        interp = words[0]
-        if "/" not in interp:                   # a program env(1) finds
-            interp = shutil.which(interp, path=DEFAULT_PATH) or shutil.which(interp) \
-                or interp                       # the PATH tools get, first
-        if interp:
-            real = os.path.realpath(interp)     # its installation: bin/ and lib/ beside
-            need.append(os.path.dirname(os.path.dirname(real)) if
-                        os.path.basename(os.path.dirname(real)) == "bin" else real)
-            root = os.path.dirname(os.path.dirname(interp))
-            if os.path.exists(os.path.join(root, "pyvenv.cfg")):
-                need.append(root)               # its virtualenv: site-packages and all
-    out: list[str] = []
-    for p in need:
-        if not any(p == c or p.startswith(c + "/") for c in PROFILE_COVERS) and p not in out:
-            out.append(p)
-    # a directory already inside another one listed is covered by it
-    return [p for p in out if not any(p != q and p.startswith(q + "/") for q in out)]
+def command_text(words: list[str]) -> str:
+    """The .meta's cmd for the command line `words` (command_words)."""
+    if len(words) == 1 and re.fullmatch(r"/[A-Za-z0-9._+,:@%/-]*", words[0]):
+        return words[0]
+    return "exec " + shlex.join(words)
 
 
 def prompt_for(name: str, tool: dict[str, Any], schema: dict[str, Any]) -> str:
@@ -218,7 +193,8 @@ def prompt_for(name: str, tool: dict[str, Any], schema: dict[str, Any]) -> str:
 def plan(args: argparse.Namespace, tools: list[dict]) -> tuple[list[tuple[str, dict]],
                                                                 list[str], list[str]]:
     """Every .meta to write, as (path, object), and notes; raises ImportError_."""
-    cmd, prog = command_text(args.command)
+    words = command_words(args.command)
+    cmd = command_text(words)
     out: list[tuple[str, dict]] = []
     notes: list[str] = []
     seen: dict[str, str] = {}
@@ -281,7 +257,7 @@ def plan(args: argparse.Namespace, tools: list[dict]) -> tuple[list[tuple[str, d
     if not out:
         raise ImportError_(f"{shlex.join(args.command)} lists no tools" if not notes else
                            "no tool could be written: " + "; ".join(notes))
-    return out, notes, grants(prog)
+    return out, notes, grants(words)
 
 
 def _kept(mcp_name: str, t: dict, ann: dict) -> dict:
@@ -407,6 +383,7 @@ def main(argv: list[str]) -> int:
             profile = (path, text)
             for _, meta in files:
                 meta["sandbox"] = name
+            notes += confined_check(files[0][1]["cmd"], name, text, args.timeout)
     except ImportError_ as e:
         print(f"toolsrv import-mcp: {e}; nothing written", file=sys.stderr)
         return 1
@@ -426,6 +403,21 @@ def main(argv: list[str]) -> int:
         for p in need:
             print(f"  - {p}")
     return 0
+
+
+def confined_check(cmd: str, name: str, text: str, timeout: float) -> list[str]:
+    """Start the server once as its calls will (start_confined): raises ImportError_ saying
+    what failed; a note when this host cannot confine a run to try."""
+    import yaml
+    why = asyncio.run(start_confined(cmd, name, yaml.safe_load(text), timeout))
+    if why is None:
+        return []
+    if why.startswith("sandbox: landlock unavailable"):
+        return [f"not tried under its profile here ({why})"]
+    raise ImportError_(f"the server does not start under the sandbox profile {name} "
+                       f"written for it: {why}; the profile would grant (rox) what "
+                       "import-mcp found it needs: add what it also reads to rox, in a "
+                       "profile given with --profile, or see doc/sandbox.md")
 
 
 def _read(path: str) -> str | None:
