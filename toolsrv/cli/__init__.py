@@ -4,7 +4,8 @@
 # sandbox, approve, mount, umount) and runs them: `serve` builds the App (app.py), the
 # others speak 9P through client.py, a small blocking client also used by the bundled
 # client_9p tool and the tests; shortcut.py is `call`, mount.py 9pfuse, banner.py what a
-# starting server prints; serveargs.py serve's options; importmcp.py `import-mcp`;
+# starting server prints; serveargs.py serve's options; importmcp.py `import-mcp`, with
+# importgrant.py what an imported server needs granted and its one confined start;
 # mcpconfig.py `mcp --config`; approve.py `approve`, the reference approval broker;
 # sandbox_check.py `sandbox check`.
 #
