@@ -60,6 +60,25 @@ def home():
     shutil.rmtree(h, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def server(tools, home):
+    """conftest.py's server, started where it finds netprof too (a .meta naming a profile
+    the server cannot find is not served: it is listed in tools/errors)."""
+    from apphelpers import AppThread
+    from serverhelpers import stop_clean
+    old = os.environ.get("HOME")
+    os.environ["HOME"] = home
+    try:
+        app = AppThread([tools]).start()
+    finally:
+        if old is None:
+            os.environ.pop("HOME", None)
+        else:
+            os.environ["HOME"] = old
+    yield app
+    stop_clean(app)
+
+
 def test_annotations_are_derived_from_facts(server, home):
     async def go():
         async with stdio_face("-a", server.addr, environ=env(HOME=home)) as s:

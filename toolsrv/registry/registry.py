@@ -35,6 +35,7 @@ import stat
 import types
 from collections.abc import Callable, Iterable, Mapping
 
+from .. import bundled
 from .metafile import MetaDef, MetaFile, read_meta
 from .names import check_name, valid_name
 from ..record import Record
@@ -422,13 +423,27 @@ class Registry:
         if not reason:
             command, reason = resolve(name, d, fields.get("cmd"), host,
                                       beside=name in self._beside[d])
-        if command is None:
+        if command is None or (reason := self._no_profile(extra.get("sandbox"), host)):
             return _Entry(None, tuple(errs + [(path, reason)]), meta)
         if old is not None and old.meta is meta and old.tool is not None \
                 and old.tool.variant == variant and old.tool.command == command:
             return _Entry(old.tool, tuple(errs), meta)
         tool = make_tool(name, d, path, fields, extra, command, variant)
         return _Entry(tool, tuple(errs), meta)
+
+    def _no_profile(self, name: object, host: Host) -> str:
+        """Why the sandbox profile a .meta names cannot be found, or "": the places
+        run/sandbox.py's load_profile looks (the user's, then the shipped), probed so
+        that the tool is served once the profile is written."""
+        if not isinstance(name, str):
+            return ""
+        home = self.env.get("HOME") or os.path.expanduser("~")
+        where = (os.path.join(home, ".config", "ollie", "sandbox"), bundled.PROFILES)
+        if "/" not in name and not name.startswith(".") and \
+                any(host.exists(os.path.join(w, name + ".yaml")) for w in where):
+            return ""
+        return (f"sandbox: profile {name}: not found (looked for {name}.yaml in "
+                f"{where[0]} and {where[1]}; write it there, or name another)")
 
     def _bump(self) -> None:
         self.revision += 1

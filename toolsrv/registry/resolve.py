@@ -85,6 +85,9 @@ def resolve(name: str, tool_dir: str, cmd: str | None, host: Host, beside: bool 
     found = host.which(name)
     if found is not None:
         return Command("exec", (found,), "path"), ""
+    if beside and os.path.isfile(path := os.path.join(tool_dir, name)):
+        return None, (f"no command: {name} is beside the .meta but not executable: "
+                      f"chmod +x {path}")
     return None, (f"no command: no executable {name} beside the .meta, no cmd, "
                   f"and no {name} on $PATH")
 
