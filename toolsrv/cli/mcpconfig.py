@@ -7,6 +7,10 @@ A client starts its servers with its own PATH and environment: a bare `"command"
 absolute path of this toolsrv (its script beside this interpreter, else this interpreter
 with `-m toolsrv`), and the address is given with `-a`, as this environment resolves it.
 Claude Desktop and Cursor read `mcpServers`; VS Code reads `servers`, with a `type`.
+With `--http HOST:PORT` the client does not start anything: it connects, so the entry is
+the `url` (http://HOST:PORT/mcp) and the `headers` that carry the bearer token (the
+--token-file's, else the default one `toolsrv mcp --http` makes on its first start; none
+with --no-token), with `"type": "http"` for the clients that want one.
 """
 from __future__ import annotations
 
@@ -47,12 +51,37 @@ def mcp_args(args: Any) -> list[str]:
     return out
 
 
+def http_entry(args: Any, client: str) -> dict[str, Any]:
+    """The entry of a client that connects to `toolsrv mcp --http HOST:PORT`."""
+    host, _, port = args.http.rpartition(":")
+    host = host or "127.0.0.1"
+    entry: dict[str, Any] = {"type": "http"} if client != "cursor" else {}
+    entry["url"] = f"http://{host}:{port}/mcp"
+    if args.no_token:
+        return entry
+    from ..dirs.statedir import state_home
+    path = args.token_file or os.path.join(state_home(), "mcp-token")  # as mcp/http.py
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError as e:
+        token = "TOKEN"
+        print(f"toolsrv mcp --config: the token file {path}: {e.strerror or e}: start "
+              f"`toolsrv mcp --http {args.http}` once (it makes the file), then print this "
+              "again, or put the file's text in place of TOKEN", file=sys.stderr)
+    entry["headers"] = {"Authorization": f"Bearer {token}"}
+    return entry
+
+
 def config(args: Any, client: str = "claude") -> dict[str, Any]:
     """The client's configuration object for this toolsrv."""
-    cmd = command()
-    entry: dict[str, Any] = {"command": cmd[0], "args": cmd[1:] + mcp_args(args)}
+    if getattr(args, "http", None):
+        entry = http_entry(args, client)
+    else:
+        cmd = command()
+        entry = {"command": cmd[0], "args": cmd[1:] + mcp_args(args)}
     if client == "vscode":
-        return {"servers": {"toolsrv": {"type": "stdio", **entry}}}
+        return {"servers": {"toolsrv": {"type": "stdio", **entry}}}  # http's type wins
     return {"mcpServers": {"toolsrv": entry}}
 
 
