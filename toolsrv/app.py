@@ -41,7 +41,7 @@ from .record import Record, replace
 from .serve import dial
 from .serve.server import DEFAULT_MSIZE, ServerConfig
 from .serve.peers import Internal, PeerPolicy
-from .serve.transport import Gate, NinePProtocol, listen
+from .serve.transport import Gate, NinePProtocol, check_free, listen
 from .tree.root import ToolsrvFS
 from .tree.state.sessions import SessionStore
 
@@ -229,6 +229,8 @@ class App:
         state = self._state_dir()
         work = work_dir(state, tool_uid,         # proves the state directory ours, too
                         lambda kept: setattr(self, "nostate", kept))
+        for a in self.addrs:           # a clash of addresses first: then the state's lock
+            check_free(a)
         self._lock_state(state)
         if self.runner is not None:
             self.runner.check()         # its scratch base, proved ours like the others

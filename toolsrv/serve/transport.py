@@ -169,7 +169,7 @@ class NinePProtocol(asyncio.Protocol):
         self.framer = Framer(self.config.msize)
         self.conn = Conn(self.fs, self._send, self.config, name, self._set_msize)
         self.conns.add(self)
-        log.info("%s: connected: %s", name, self.peer)
+        log.debug("%s: connected: %s", name, self.peer)
 
     def conn_name(self) -> str:
         return self.conn.name if self.conn is not None else "?"
@@ -307,11 +307,35 @@ class NinePProtocol(asyncio.Protocol):
             self.gate.release(self.peer)
         if self.conn is not None:
             self.conn.hangup()
-            log.info("%s: hung up", self.conn.name)
+            log.debug("%s: hung up", self.conn.name)
 
 
 class AddressInUse(Exception):
     pass
+
+
+def check_free(addr: Addr) -> None:
+    """Raise AddressInUse when something answers at a unix! address already, naming its
+    pid and the fix: the server checks before it takes its state directory, so a clash
+    is said first (the state's lock would be refused with advice that then fails here)."""
+    if addr.kind != "unix" or not os.path.lexists(addr.path):
+        return
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(addr.path)
+        pid = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                               struct.calcsize("3i")))[0]
+    except OSError:
+        return                  # stale, or not ours to reach: listen() says
+    finally:
+        s.close()
+    raise AddressInUse(_in_use(addr.path, pid))
+
+
+def _in_use(path: str, pid: int | None = None) -> str:
+    who = f"pid {pid} (a toolsrv serve?) listens there" if pid else "a server listens there"
+    return (f"unix!{path}: address already in use: {who}; stop it, or serve this one at "
+            "another address (-a unix!DIR/toolsrv, or another $NAMESPACE)")
 
 
 def _claim_unix_path(path: str) -> None:
@@ -328,7 +352,7 @@ def _claim_unix_path(path: str) -> None:
         raise AddressInUse(f"{path}: {e}") from None
     finally:
         s.close()
-    raise AddressInUse(f"a server is already running on unix!{path}")
+    raise AddressInUse(_in_use(path))
 
 
 async def listen(addr: Addr, factory: Callable[[], asyncio.Protocol], *,

@@ -61,7 +61,7 @@ class ToolsrvFS:
         self._fixed.append(node)
 
     def attach(self, uname: str, aname: str, conn: Any) -> Node:
-        log.info("attach: conn %s uname %r aname %r", getattr(conn, "name", "?"), uname, aname)
+        log.debug("attach: conn %s uname %r aname %r", getattr(conn, "name", "?"), uname, aname)
         self.attaches.append((getattr(conn, "name", "?"), uname, aname))
         del self.attaches[:-100]
         return self.root
