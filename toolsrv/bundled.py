@@ -39,3 +39,30 @@ def docs() -> str | None:
         return up
     installed = os.path.normpath(os.path.join(up, *[os.pardir] * 3, "share", "doc", "toolsrv"))
     return installed if os.path.isfile(os.path.join(installed, "README.md")) else None
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs `extra` (mcp, search, lsp, fast) for this toolsrv, as it
+    was installed: `pip install -e 'CHECKOUT[extra]'` for a checkout (editable, or on
+    PYTHONPATH), `pip install 'FILE[extra]'` for a wheel or sdist installed from a file
+    (PEP 610's direct_url.json says which; `toolsrv[extra]` names no distribution on the
+    index there), `pip install 'toolsrv[extra]'` otherwise; always this interpreter's pip.
+    Read from the package's own site directory, without importlib.metadata (0.1 s)."""
+    import json
+    import shlex
+    import sys
+    from urllib.parse import unquote, urlparse
+    pip = f"{shlex.quote(sys.executable)} -m pip install"
+    up = os.path.dirname(PACKAGE)
+    if os.path.isfile(os.path.join(up, "setup.cfg")):
+        return f"{pip} -e {shlex.quote(f'{up}[{extra}]')}"
+    try:
+        info = [n for n in os.listdir(up) if n.startswith("toolsrv-") and
+                n.endswith(".dist-info")]
+        with open(os.path.join(up, info[0], "direct_url.json"), encoding="utf-8") as f:
+            url = urlparse(str(json.load(f).get("url", "")))
+    except (OSError, IndexError, ValueError, AttributeError):
+        url = urlparse("")           # from the index, or unknown: the index's name
+    if url.scheme != "file":
+        return f"{pip} 'toolsrv[{extra}]'"
+    return f"{pip} {shlex.quote(unquote(url.path) + f'[{extra}]')}"

@@ -15,6 +15,7 @@ import tempfile
 
 import pytest
 
+from toolsrv.bundled import install_hint
 from shellhelpers import TOOLSRV, mounted_or_skip, serving, sh
 
 TOOLS = {"pdf_split": (None, {"cmd": "cat", "description": "Cut a PDF document into parts.",
@@ -111,12 +112,12 @@ def test_without_the_extra_search_is_lexical_and_says_so_once():
         f.write(NO_EXTRA)
     with serving(tools=TOOLS, PYTHONPATH=hook) as (env, banner, p):
         assert "toolsrv: search: lexical only: the semantic ranker is not installed " \
-               "(pip install 'toolsrv[search]')" in banner
+               f"({install_hint('search')})" in banner
         env = dict(env, TOOLSRV=" ".join(TOOLSRV))
         cmd = f"{env['TOOLSRV']} search burst pdf pages"
         first = sh(cmd, env, check=True).stdout
         assert first.splitlines()[0] == ("# search is lexical only: the semantic ranker is "
-                                         "not installed (pip install 'toolsrv[search]'): "
+                                         f"not installed ({install_hint('search')}): "
                                          "wordllama not installed")
         assert first_names(first)[0] == "pdf_split"
         again = sh(cmd, env, check=True).stdout

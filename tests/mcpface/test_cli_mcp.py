@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from toolsrv.bundled import install_hint
 from toolsrv.cli.command import build_parser, parse
 
 
@@ -21,7 +22,7 @@ def test_without_the_sdk_the_verb_says_how_to_install_it():
                "sys.exit(main(['mcp']))\n")
     assert p.returncode == 1
     assert "toolsrv mcp: the MCP SDK is not installed" in p.stderr
-    assert "pip install 'toolsrv[mcp]'" in p.stderr
+    assert install_hint("mcp") in p.stderr    # tests/cli/test_install_hint.py: its forms
 
 
 def test_serve_never_imports_the_sdk():

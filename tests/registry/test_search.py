@@ -14,6 +14,7 @@ import pytest
 from apphelpers import add_tool, tools_dir
 from toolsrv.errors import P9Error, errno_for
 from toolsrv.registry.registry import Registry
+from toolsrv.bundled import install_hint
 from toolsrv.registry.search import (LEXICAL_NOTICE, SearchIndex, answer_text, parse_need,
                                      stem, words)
 from toolsrv.registry.semantic import Semantic
@@ -217,7 +218,7 @@ def test_slots_are_reused_and_the_postings_stay_exact():
 def test_a_lexical_index_says_so_once():
     _, r = registry({"a": {"description": "alpha"}})
     idx = index(r, "lexical")
-    assert idx.notice() == LEXICAL_NOTICE
+    assert idx.notice() == f"{LEXICAL_NOTICE} ({install_hint('search')})"
     assert idx.notice() is None
 
 
@@ -230,7 +231,8 @@ def test_a_model_that_fails_to_load_leaves_search_lexical(monkeypatch):
     monkeypatch.undo()
     assert idx.mode() == "lexical" and "wordllama not installed" in sem.error
     assert names(idx, "alpha") == ["a"]
-    assert idx.notice() == LEXICAL_NOTICE + ": wordllama not installed"
+    assert idx.notice() == f"{LEXICAL_NOTICE} ({install_hint('search')}): wordllama not " \
+        "installed"
 
 
 def _refusing(real, name):

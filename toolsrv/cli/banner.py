@@ -38,8 +38,8 @@ def search_mode() -> str:
         except (ImportError, ValueError):
             break  # as an import would: a finder that refuses it ends the search
     if not found:
-        return ("lexical only: the semantic ranker is not installed "
-                "(pip install 'toolsrv[search]')")
+        from ..bundled import install_hint
+        return f"lexical only: the semantic ranker is not installed ({install_hint('search')})"
     return "lexical + semantic (the model loads on the first search)"
 
 

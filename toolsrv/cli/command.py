@@ -135,7 +135,7 @@ def build_parser(only: str | None = None,
                        add_help=False).add_argument("rest", nargs="...")
     if only in (None, "mcp"):
         _mcp_parser(sub.add_parser("mcp", help="serve the tools to MCP clients (stdio, or "
-                                   "streamable HTTP); needs pip install 'toolsrv[mcp]'"))
+                                   "streamable HTTP); needs the mcp extra"))
     return ap
 
 
@@ -241,8 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-MCP_MISSING = ("toolsrv mcp: the MCP SDK is not installed (it is needed by this command "
-               "only): pip install 'toolsrv[mcp]'")
+def mcp_missing() -> str:
+    from ..bundled import install_hint
+    return ("toolsrv mcp: the MCP SDK is not installed (it is needed by this command only): "
+            + install_hint("mcp"))
 
 
 def mcp_verb(args: Any) -> int:
@@ -254,7 +256,7 @@ def mcp_verb(args: Any) -> int:
         from ..mcp import server  # noqa: F401  (the SDK: missing, or a 1.x without mcp_types)
         from ..mcp.run import mcp_main
     except ImportError as e:
-        print(f"{MCP_MISSING} ({e})", file=sys.stderr)
+        print(f"{mcp_missing()} ({e})", file=sys.stderr)
         return 1
     return mcp_main(args)
 
@@ -343,7 +345,8 @@ def use_uvloop(wanted: bool) -> None:
     try:
         import uvloop
     except ImportError:
-        print("toolsrv: uvloop is not installed (pip install 'toolsrv[fast]'): "
+        from ..bundled import install_hint
+        print(f"toolsrv: uvloop is not installed ({install_hint('fast')}): "
               "using asyncio's own loop", file=sys.stderr)
         return
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())

@@ -90,7 +90,8 @@ def mcp_main(args: Any) -> int:
             import uvloop  # noqa: F401
             options["use_uvloop"] = True
         except ImportError:
-            print("toolsrv mcp: uvloop is not installed (pip install 'toolsrv[fast]'): "
+            from ..bundled import install_hint
+            print(f"toolsrv mcp: uvloop is not installed ({install_hint('fast')}): "
                   "using asyncio's own loop", file=sys.stderr)
     try:
         return anyio.run(_main, args, http, backend_options=options)

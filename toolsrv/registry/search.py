@@ -59,8 +59,7 @@ SEMANTIC_FIELDS = ("name", "description", "keywords", "argnames")
 SEMANTIC_CHARS = 2048
 EMBED_BATCH = 16
 WORDS_CHUNK = 4096      # characters per regex call when splitting a long text into words
-LEXICAL_NOTICE = ("# search is lexical only: the semantic ranker is not installed "
-                  "(pip install 'toolsrv[search]')")
+LEXICAL_NOTICE = "# search is lexical only: the semantic ranker is not installed"
 
 _WORD = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])|[a-z]+|[0-9]+")
 _STOP = frozenset(
@@ -464,7 +463,9 @@ class SearchIndex:
             return None
         self.noticed = True
         why = self.semantic.error if self.semantic is not None else ""
-        return LEXICAL_NOTICE + (f": {why}" if why else "")
+        from .. import bundled
+        return f"{LEXICAL_NOTICE} ({bundled.install_hint('search')})" + (
+            f": {why}" if why else "")
 
 
 def answer_text(hits: list[tuple[str, float, str]], notice: str | None = None) -> bytes:
