@@ -57,7 +57,7 @@ class Options(Record):
               "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args", "warm",
               "max_run_memory", "max_run_pids", "max_warm_memory",
               "tls_cert", "tls_key", "tls_client_ca", "imports",
-              "max_runs_per_session", "max_runs_per_agent")
+              "max_runs_per_session", "max_runs_per_agent", "max_output")
 
     def __init__(self, addrs: list[str] | None = None, tools: list[str] | None = None,
                  state_dir: str | None = None, msize: int = DEFAULT_MSIZE, trace: bool = False,
@@ -74,7 +74,7 @@ class Options(Record):
                  tls_key: str | None = None, tls_client_ca: str | None = None,
                  imports: list[str] | None = None,
                  max_runs_per_session: int | None = None,
-                 max_runs_per_agent: int | None = None) -> None:
+                 max_runs_per_agent: int | None = None, max_output: int = 10 << 20) -> None:
         self.addrs: list[str] = [] if addrs is None else addrs  # dial strings; empty: default
         self.tools = tools                  # search path; None: env or defaults
         self.state_dir = state_dir
@@ -85,6 +85,7 @@ class Options(Record):
         self.revwait_timeout = revwait_timeout
         self.timeout = timeout
         self.max_runs = max_runs
+        self.max_output = max_output      # bytes of a run's stdout, and of its stderr, kept
         self.run_as = run_as
         self.persist = persist
         self.auth_secret = auth_secret      # file holding the TCP shared secret
@@ -308,7 +309,9 @@ class App:
     def _make_runner(self) -> tuple[Any, tuple[int, int] | None]:
         from .run.runner import Runner, RunnerConfig
         runner = Runner(RunnerConfig(timeout=self.opts.timeout, run_as=self.opts.run_as,
-                                     warm=self.opts.warm, run_limits=self._run_limits()))
+                                     warm=self.opts.warm, run_limits=self._run_limits(),
+                                     stdout_cap=self.opts.max_output,
+                                     stderr_cap=self.opts.max_output))
         from .registry import warmstart
         warmstart.OFF = None if self.opts.warm else \
             "warm starts are off (toolsrv serve --no-warm)"

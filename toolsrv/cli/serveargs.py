@@ -102,6 +102,9 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                             "by default only the server's own uid)")),
     (("--timeout",), dict(type=float, default=30.0, help="a call's time limit, seconds "
                           "(default 30; a .meta's timeout or timeoutArg may lower it)")),
+    (("--max-output",), dict(type=size, default=10 << 20, metavar="SIZE", help="bytes of a "
+                             "call's stdout, and of its stderr, kept: past them the run is "
+                             "killed and out (err) keeps the first SIZE (default 10M)")),
     (("--max-runs",), dict(type=int, default=16, help="concurrent tool runs, server-wide")),
     (("--max-runs-per-session",), dict(type=int, default=None, metavar="N", help="concurrent "
                                        "runs one session may hold (default: half of "
@@ -201,4 +204,5 @@ def serve_options(args: Any) -> Any:
                    tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
                    imports=args.imports,
                    max_runs_per_session=args.max_runs_per_session,
-                   max_runs_per_agent=args.max_runs_per_agent)
+                   max_runs_per_agent=args.max_runs_per_agent,
+                   max_output=args.max_output)

@@ -126,7 +126,9 @@ def outcome(call: Call, limit: str = "") -> None:
         call.state, call.reason = "refused", r.error
     elif r.truncated:
         call.state = "killed"
-        call.reason = f"output too long: {r.truncated} cut at {_size(r)}"
+        n, f = _size(r), "out" if r.truncated == "stdout" else "err"
+        call.reason = (f"output too long: {r.truncated} cut at {n}, the cap (toolsrv serve "
+                       f"--max-output); {f} holds its first {n}")
     elif r.timed_out:
         call.state = "timeout"
         call.reason = fit(f"timeout after {r.timeout_used:g}s ",
