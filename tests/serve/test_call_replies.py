@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from toolsrv.proto import (
-    IOHDRSZ, NOFID, NOTAG, OREAD, ORDWR, Rerror, Rflush, Ropen, Rread, Rwalk, Rwrite, Tattach, Tclunk,
+    IOHDRSZ, NOFID, NOTAG, OREAD, ORDWR, OWRITE, Rerror, Rflush, Ropen, Rread, Rwalk, Rwrite, Tattach, Tclunk,
     Tflush, Topen, Tread, Tversion, Twalk, Twrite, encode,
 )
 from toolsrv.run.runner import RunResult
@@ -159,35 +159,47 @@ def test_two_readers_of_one_call_both_get_the_result():
     asyncio.run(go())
 
 
+async def handing_over(args: bytes) -> tuple[GatedRunner, Any, NinePProtocol, Transport]:
+    """setup() with a run that waits for its gate, and the call with `args` written on a
+    fid clunked at once (`echo … > call`): its result is handed over to out and err."""
+    runner = GatedRunner()
+    runner.gate = asyncio.Event()
+    fs, p, t = await setup(runner)
+    p.data_received(b"".join(encode(m) for m in (
+        Twalk(1, 0, 7, CALL), Topen(2, 7, OWRITE), Twrite(3, 7, 0, args), Tclunk(4, 7))))
+    await turns()
+    return runner, fs, p, t
+
+
 def test_a_read_of_out_waits_for_the_run_and_its_flush_leaves_the_run_alone():
     async def go() -> None:
-        runner, fs, p, t = await calling(b'{"x": 6}')
+        runner, fs, p, t = await handing_over(b'{"x": 6}')
         out = CALL[:-1] + ("out",)
         p.data_received(encode(Twalk(10, 0, 8, out)) + encode(Topen(11, 8, OREAD)) +
                         encode(Tread(12, 8, 0, 100)))
         await turns()
         call = fs.agent_files.calls.latest(fs.store.sessions["s"].agents["a"])["echo"]
-        assert len(call.waiters) == 2                 # the call's reader and out's
+        assert len(call.waiters) == 1                 # out's reader, handed the result
         t.writes.clear()
         p.data_received(encode(Tflush(13, 12)))
         await turns()
         r = t.replies()
         assert [(type(m), m.tag) for m in r] == [(Rerror, 12), (Rflush, 13)]
-        assert runner.killed == 0 and len(call.waiters) == 1   # no waiter left behind
-        p.data_received(encode(Tread(14, 8, 0, 100)))
+        assert runner.killed == 0 and call.waiters == []   # no waiter left behind
+        p.data_received(encode(Tread(14, 8, 0, 100)))   # the wait passed to the next read
         await turns()
+        assert len(call.waiters) == 1
         runner.gate.set()
         await turns()
         reads = {m.tag: m.data for m in t.replies() if type(m) is Rread}
-        assert reads == {4: b'{"x": 6}', 14: b'{"x": 6}'}
+        assert reads == {14: b'{"x": 6}'}
         assert call.waiters == []
     asyncio.run(go())
 
 
 def test_hang_up_of_an_out_reader_leaves_the_run_and_no_waiter():
     async def go() -> None:
-        runner, fs, p, t = await calling(b'{"x": 7}')      # the caller, on this connection
-        await turns()
+        runner, fs, p, t = await handing_over(b'{"x": 7}')
         call = fs.agent_files.calls.latest(fs.store.sessions["s"].agents["a"])["echo"]
         q, u = NinePProtocol(fs, ServerConfig(msize=MSIZE), set()), Transport()
         q.connection_made(u)                          # a second connection reads out
@@ -196,13 +208,80 @@ def test_hang_up_of_an_out_reader_leaves_the_run_and_no_waiter():
                         encode(Twalk(2, 0, 8, CALL[:-1] + ("out",))) +
                         encode(Topen(3, 8, OREAD)) + encode(Tread(4, 8, 0, 100)))
         await turns()
-        assert len(call.waiters) == 2
+        assert len(call.waiters) == 1
         q.connection_lost(None)
         await turns()
-        assert runner.killed == 0 and len(call.waiters) == 1
+        assert runner.killed == 0 and call.waiters == []
+        t.writes.clear()
+        p.data_received(encode(Twalk(10, 0, 8, CALL[:-1] + ("out",))) +
+                        encode(Topen(11, 8, OREAD)) + encode(Tread(12, 8, 0, 100)))
+        await turns()
+        assert len(call.waiters) == 1                 # handed to the next reader
         runner.gate.set()
         await turns()
         assert [m.data for m in t.replies() if type(m) is Rread] == [b'{"x": 7}']
+    asyncio.run(go())
+
+
+def _second(fs: Any) -> tuple[NinePProtocol, Transport]:
+    """Another connection to the same tree, attached (a 9pfuse mount beside an agent)."""
+    q, u = NinePProtocol(fs, ServerConfig(msize=MSIZE), set()), Transport()
+    q.connection_made(u)
+    q.data_received(encode(Tversion(NOTAG, MSIZE, "9P2000")) +
+                    encode(Tattach(1, 0, NOFID, "shell", "")))
+    u.writes.clear()
+    return q, u
+
+
+def _read_streams(q: NinePProtocol, reads: list[tuple[int, str, int]]) -> None:
+    q.data_received(b"".join(encode(m) for f, name, tag in reads for m in (
+        Twalk(tag, 0, f, CALL[:-1] + (name,)), Topen(tag + 1, f, OREAD),
+        Tread(tag + 2, f, 0, 100), Tclunk(tag + 3, f))))
+
+
+def test_out_and_err_wait_only_for_the_reader_a_call_was_handed_over_to():
+    """Issue 46 item 2: the rule of toolsrv(4).  A call written and read on one fid
+    (client_9p's rdwr) hands out and err to its own connection only (a front reads a
+    remote's err beside the call): another connection's reads (`grep -r` over a mount)
+    answer at once, empty while it runs.  A call whose writer clunks without reading
+    hands the wait to the first read of out or err at offset 0 from anywhere; every other
+    read answers at once."""
+    async def go() -> None:
+        runner, fs, p, t = await calling(b'{"x": 8}')     # written and read on one fid
+        await turns()
+        call = fs.agent_files.calls.latest(fs.store.sessions["s"].agents["a"])["echo"]
+        q, u = _second(fs)
+        _read_streams(q, [(8, "out", 10), (9, "err", 14), (8, "out", 18)])
+        await turns()
+        assert {m.tag: m.data for m in u.replies() if type(m) is Rread} == \
+            {12: b"", 16: b"", 20: b""}
+        assert len(call.waiters) == 1                 # only the writer's read of call
+        t.writes.clear()
+        _read_streams(p, [(8, "err", 10)])           # the front's err, beside its call
+        await turns()
+        assert len(call.waiters) == 2
+        runner.gate.set()
+        await turns()
+        assert {m.tag: m.data for m in t.replies() if type(m) is Rread} == \
+            {4: b'{"x": 8}', 12: b""}
+
+        runner.gate.clear()                           # now `echo … > call` on p
+        p.data_received(b"".join(encode(m) for m in (
+            Twalk(20, 0, 20, CALL), Topen(21, 20, OWRITE), Twrite(22, 20, 0, b'{"x": 9}'),
+            Tclunk(23, 20))))
+        await turns()
+        call = fs.agent_files.calls.latest(fs.store.sessions["s"].agents["a"])["echo"]
+        assert call.handed is True and call.heir is None
+        u.writes.clear()
+        _read_streams(q, [(8, "out", 30), (9, "out", 34), (10, "err", 38), (11, "err", 42)])
+        await turns()
+        got = {m.tag: m.data for m in u.replies() if type(m) is Rread}
+        assert got == {36: b"", 40: b"", 44: b""}     # all but the first: at once
+        assert len(call.waiters) == 1 and call.handed is False
+        runner.gate.set()
+        await turns()
+        got = {m.tag: m.data for m in u.replies() if type(m) is Rread}
+        assert got == {36: b"", 40: b"", 44: b"", 32: b'{"x": 9}'}   # the first: the whole
     asyncio.run(go())
 
 

@@ -346,7 +346,7 @@ class Conn:
             raise
         node = self.fs.attach(m.uname, m.aname, self)
         self.unames.add(m.uname)
-        self.fids[m.fid] = Fid(m.fid, node, uname=m.uname)
+        self.fids[m.fid] = Fid(m.fid, node, uname=m.uname, conn=self)
         return Rattach(m.tag, node.qid())
 
     def _flush(self, m: Tflush) -> Any:
@@ -393,7 +393,7 @@ class Conn:
         if m.newfid == m.fid:
             fid.node = node
         else:
-            self.fids[m.newfid] = Fid(m.newfid, node, uname=fid.uname)
+            self.fids[m.newfid] = Fid(m.newfid, node, uname=fid.uname, conn=fid.conn)
         return Rwalk(m.tag, tuple(qids))
 
     def _check_mode(self, is_dir: bool, mode: int) -> None:

@@ -16,8 +16,15 @@ incomplete JSON: …`, in log too, never an empty success; the bytes stay, so a
 next write may still complete them (plan9port's `9p rdwr` reads after each line).  Reads of ctl and call slice a
 per-fid snapshot of the answer by offset (tree.answer_read: it starts at 0, or
 where the fid's writes ended, as a descriptor's reads after its writes come).
-`out` and `err` are the latest call's streams and wait while it runs; `status`
-never waits.
+`out` and `err` are the latest call's streams.  Each call hands them to one reader, the
+first read at offset 0 of either that comes from the connection that wrote the call while
+the writing fid is open (a front reads a remote's `err` beside its `call`), or from any
+connection once that fid was clunked without reading `call` (`echo … > call`, `9p write`):
+that read waits for the end of the call.  Every other read of `out` or `err`
+answers at once with what the stream holds (nothing while the call runs), so a program
+that reads the whole tree (`grep -r`, `find -exec cat`, a backup) never waits on a call
+it was not handed.  A waiting reader ends with the call: `cancel TOOL` on ctl, or its
+time limit.  `status` never waits.
 """
 from __future__ import annotations
 
@@ -220,7 +227,7 @@ class CallFile(Node):
             self._refuse(P9Error(fit("invalid args: ", val)))
         got = d.calls.begin(d.a, d.tool, val)
         if not inspect.isawaitable(got):
-            fid.aux["call"] = got
+            _made(fid, got)
             return len(data)
 
         # its schema's regexes are checked in a thread: a Tread sent behind this Twrite
@@ -230,7 +237,7 @@ class CallFile(Node):
 
         async def checked() -> int:
             try:
-                fid.aux["call"] = await got
+                _made(fid, await got)
             finally:
                 fid.aux.pop("checking", None)
                 for ready in waiting:
@@ -251,7 +258,13 @@ class CallFile(Node):
         fid.aux.pop("argbuf", None)
 
     def clunk(self, fid: Any) -> None:
-        """JSON left incomplete when the writer closes is reported, not lost."""
+        """JSON left incomplete when the writer closes is reported, not lost; a call made
+        here and never read here is handed over to the next reader of out or err."""
+        call: Call | None = fid.aux.get("call")
+        if call is not None:        # read here: nobody else waits; unread: anyone may
+            if "read" in fid.aux:
+                call.handed = False
+            call.heir = None
         buf = fid.aux.get("argbuf")
         if buf and "call" not in fid.aux and fid.aux.get("told") != len(buf):  # not yet said
             d = self.parent
@@ -264,7 +277,9 @@ class CallFile(Node):
         if checking is not None:            # the Twrite's call is still being checked
             return self._after(checking, fid, offset, count)
         call: Call | None = fid.aux.get("call")
-        if call is None:
+        if call is not None:
+            fid.aux["read"] = True          # this fid waits for the result: no hand-over
+        else:
             buf = fid.aux.get("argbuf")
             if buf is not None:           # written, but no call made of it: never a success
                 fid.aux["told"] = len(buf)     # kept: a next write may still complete it
@@ -305,6 +320,13 @@ class CallFile(Node):
 
     def remove(self) -> None:
         return None
+
+
+def _made(fid: Any, call: Call) -> None:
+    """The call this fid wrote: its out and err go to their first reader on this
+    connection, while the fid is open (CallFile.clunk widens or ends that)."""
+    fid.aux["call"] = call
+    call.handed, call.heir = True, fid.conn
 
 
 def _incomplete(buf: bytearray) -> str:
@@ -356,7 +378,8 @@ class AgentToolsDir(QuietDir):
 
 
 class StreamFile(Node):
-    """out or err: the latest call's stream; waits while that call runs."""
+    """out or err: the latest call's stream.  Only the read it was handed over to waits
+    for a running call (the module's doc); any other answers at once."""
 
     parent: ToolCallDir
 
@@ -384,16 +407,19 @@ class StreamFile(Node):
         if offset and "snapshot" in fid.aux:
             return fid.aux["snapshot"][offset:offset + count]
         call = self.parent.latest()
-        if call is None or call.done.is_set():
+        if (call is None or call.done.is_set() or offset or not call.handed
+                or call.heir not in (None, fid.conn)):
             return snapshot_read(fid, lambda: self._data(call), offset, count)
+        call.handed = False        # this read is the one the call was handed to
 
         def ended() -> None:       # the call's end answers the read (no task per reader)
             fid.aux["snapshot"] = data = self._data(call)
             p.give(data[offset:offset + count])
 
-        def flushed() -> None:     # a flushed read leaves the run alone, and no waiter behind
-            if ended in call.waiters:
+        def flushed() -> None:     # a flushed read leaves the run alone, and no waiter behind;
+            if ended in call.waiters:      # the next reader is handed the wait
                 call.waiters.remove(ended)
+                call.handed = True
         p = Pending(flushed)
         call.waiters.append(ended)
         return p

@@ -70,6 +70,8 @@ class Call(Plain):
         self.stdin = stdin      # the args as the tool reads them; None: made from args
         self.detail = detail    # the whole reason, for the log, when the Rerror cuts it
         self.waiters: list[Callable[[], None]] = []   # called once the call has ended
+        self.handed = False     # its first reader of out or err waits for it (tree/agent.py),
+        self.heir: Any = None   # on this connection (None: any)
         self.live: Live | None = None   # its output so far while it runs (run/live.py)
 
     @property
