@@ -75,8 +75,10 @@ class AgentFiles:
         if name == "search":
             from .searchfile import AgentSearchFile
             return AgentSearchFile("search", q, d, self.searcher, a)
-        return TextFile("schemas", q, d, lambda: json_text(self.calls.schemas(a)),
-                        quiet_remove=True)
+
+        def schemas() -> bytes:       # its own key: loads, a tool changed, the sandbox
+            return json_text(self.calls.schemas(a))
+        return TextFile("schemas", q, d, schemas, quiet_remove=True, changes=schemas)
 
     def _tool_dirs(self, td: AgentToolsDir, d: AgentDir) -> list[Node]:
         return [n for n in (self._tool_dir(td, d, name) for name in d.a.loaded)

@@ -92,8 +92,9 @@ class Committed:
 
 
 class Changes:
-    """qid.vers and mtime of generated files whose content moves (ctl, cwd, log, out, err,
-    status, tools/<t>/meta), as lib9p's rwrite bumps them: each file gives a cheap key of
+    """qid.vers and mtime of generated files whose content moves (revision, revwait, status,
+    tools/index, tools/errors, tools/<t>/{meta,schema,prompt}, ctl, cwd, sandbox, log,
+    schemas, search, out, err, the tool's status), as lib9p's rwrite bumps them: each file gives a cheap key of
     its content (the content itself when small); when the key differs from the one seen
     last, the file's version takes the next number of one server-wide counter and its
     mtime is now.  A file is first seen with version 0 and mtime the server's start.  One
@@ -303,10 +304,12 @@ class TextFile(Node):
         self.append = append          # grows at the end: a read past the snapshot refreshes it
         self.quiet_remove = quiet_remove
 
-    def version(self) -> int:
+    def version(self) -> int:          # a version of its own (revision's) wins
+        if self._version is not None:
+            return self._version()
         if self._changes is not None:
             return changes(self)(self.qpath, self._changes())[0]
-        return self._version() if self._version else 0
+        return 0
 
     def mtime(self) -> int:
         if self._changes is not None:

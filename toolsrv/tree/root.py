@@ -20,7 +20,7 @@ from .calls import timebound
 from ..errors import P9Error
 from .sessiondirs import SessionRoot
 from .state.sessions import Agent, SessionStore
-from .node import Dir_, Node, Qids, TextFile, answer_read, answered
+from .node import Dir_, Node, Qids, TextFile, answer_read, answered, changes
 
 log = logging.getLogger("toolsrv.fs")
 
@@ -43,14 +43,16 @@ class ToolsrvFS:
         r = self.root = Dir_("/", self.qids.path(("root",)), None, self._root_entries)
         self._fixed = [
             TextFile("revision", self.q("revision"), r, self._revision_text,
-                     version=lambda: self.registry.revision),
+                     version=lambda: self.registry.revision,
+                     changes=lambda: self.registry.revision),
             RevwaitFile("revwait", self.q("revwait"), r, self),
             ToolsDir("tools", self.q("tools"), r, self),
             SessionRoot("session", self.q("session"), r, self),
         ]
         if status is not None:  # the runner's figures (toolsrv/run/runner.py, status_text)
             self._fixed.append(TextFile("status", self.q("status"), r,
-                                        lambda: status().encode()))
+                                        lambda: status().encode(),
+                                        changes=lambda: status()))
         store.on_remove_agent.append(self._forget_agent)
 
     def q(self, *key: Any) -> int:
@@ -76,8 +78,10 @@ class ToolsrvFS:
     def _tools_entries(self, d: Node, tools: bool = True) -> list[Node]:
         reg = self.registry
         nodes: list[Node] = [
-            TextFile("index", self.q("tools", "index"), d, lambda: reg.index_text().encode()),
-            TextFile("errors", self.q("tools", "errors"), d, lambda: reg.errors_text().encode()),
+            TextFile("index", self.q("tools", "index"), d, lambda: reg.index_text().encode(),
+                     changes=lambda: reg.revision),
+            TextFile("errors", self.q("tools", "errors"), d, lambda: reg.errors_text().encode(),
+                     changes=reg.errors_text),
         ]
         if self.searcher is not None:
             from .searchfile import SearchFile
@@ -133,6 +137,12 @@ class RevwaitFile(Node):
 
     def length(self) -> int:
         return len(self._text())
+
+    def version(self) -> int:        # revision's: the revision, and its mtime
+        return self.fs.registry.revision
+
+    def mtime(self) -> int:
+        return changes(self)(self.qpath, self.fs.registry.revision)[1]
 
     def write(self, fid: Any, offset: int, data: bytes) -> int:
         text = data.decode("utf-8", "replace").strip()
@@ -200,9 +210,11 @@ class ToolDir(Dir_):
                      changes=lambda: self.fs.registry.get(self.name)),   # a new Tool: moved
             TextFile("schema", q("tool", self.name, "schema"), self,
                      lambda: self._bounded(timebound.schema_text) or _text(
-                         self._tool(), "schema_text", lambda t: json_text(t.schema))),
+                         self._tool(), "schema_text", lambda t: json_text(t.schema)),
+                     changes=lambda: self.fs.registry.get(self.name)),
             TextFile("prompt", q("tool", self.name, "prompt"), self,
-                     lambda: _text(self._tool(), "prompt_text", lambda t: t.prompt.encode())),
+                     lambda: _text(self._tool(), "prompt_text", lambda t: t.prompt.encode()),
+                     changes=lambda: self.fs.registry.get(self.name)),
         ]
 
     def _bounded(self, text: Callable[[Any, Any], bytes | None]) -> bytes | None:

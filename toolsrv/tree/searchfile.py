@@ -29,7 +29,7 @@ from typing import Any, Awaitable
 
 from ..errors import P9Error
 from ..registry.search import LIMIT_DEFAULT, NEED_MAX, SearchIndex, answer_text, parse_need
-from .node import Node, answer_read, answered
+from .node import Node, answer_read, answered, changes
 
 log = logging.getLogger("toolsrv.search")
 
@@ -175,6 +175,12 @@ class AgentSearchFile(Node):
 
     def length(self) -> int:
         return len(self._answer())
+
+    def version(self) -> int:       # qid.vers and mtime move with the agent's answer
+        return changes(self)(self.qpath, self._answer())[0]
+
+    def mtime(self) -> int:
+        return changes(self)(self.qpath, self._answer())[1]
 
     def write(self, fid: Any, offset: int, data: bytes) -> Any:
         try:
