@@ -8,7 +8,8 @@
 # confined as every run is (Landlock, uid, PID namespace, cgroup, seccomp).  It starts the
 # server as its child, with the same confinement, and then:
 #   - a frame from toolsrv whose method begins with "toolsrv/" it answers itself:
-#       toolsrv/read  {path, known: [mtime_ns, size] | null} -> {text, stamp} or
+#       toolsrv/read  {path, known: [mtime_ns, size] | null} -> {data, stamp} (data:
+#                     the UTF-8 text in base64, so toolsrv counts no JSON values in it) or
 #                     {unchanged: true} when the stamp still holds (one fstat);
 #       toolsrv/write {path, text, stamp} -> {stamp}; refused when the file changed since
 #                     `stamp` (no lost update), never through a symlink;
@@ -19,6 +20,7 @@
 #   - every frame from the server goes to toolsrv, whole (one lock: no interleaving).
 # It ends when the server ends (with its status), or on EOF from toolsrv or SIGTERM (the
 # server is then told the same and killed after a grace).  Standard library only.
+import base64
 import errno
 import json
 import os
@@ -88,7 +90,8 @@ def do_read(p):
             if not chunk:
                 break
             data += chunk
-        return {"text": data.decode("utf-8"), "stamp": stamp(os.fstat(fd))}
+        data.decode("utf-8")     # not UTF-8 text: refused here, named
+        return {"data": base64.b64encode(data).decode("ascii"), "stamp": stamp(os.fstat(fd))}
     finally:
         os.close(fd)
 

@@ -12,6 +12,9 @@
 # synced first (lspproto.Client.sync).  An operation the server does not offer fails
 # naming the missing capability.  ToolError is the tool's error (the call fails, the
 # server stays); lspproto.LSPError means the process must go.  Rename lives in lspedit.py.
+# Bounds: a list of locations shows at most MAX_ROWS rows (sorted on the wire's numbers
+# first, so only the rows shown are converted and their files read) and a line at most
+# MAX_SHOWN characters of it, around the column; each cut is said on the output.
 from __future__ import annotations
 
 import asyncio
@@ -20,7 +23,8 @@ import re
 import time
 from typing import Any
 
-from .lspproto import Client, Doc, ResponseError, path_uri, uri_path
+from . import lspproto
+from .lspproto import Client, Doc, ResponseError, path_uri, under, uri_path
 
 KINDS = ("", "file", "module", "namespace", "package", "class", "method", "property",
          "field", "constructor", "enum", "interface", "function", "variable", "constant",
@@ -30,6 +34,8 @@ SEVERITY = ("", "error", "warning", "information", "hint")
 DIAG_WAIT = 10.0    # seconds lsp_diagnostics waits for a push by default
 SETTLE = 0.5        # then, seconds without a push before the answer is taken as whole
 MAX_FILES = 1000    # files opened for a symbol search or whole-workspace diagnostics
+MAX_ROWS = 1000     # rows of a list of locations (references, definitions, calls)
+MAX_SHOWN = 200     # characters of a source line a row shows
 
 
 class ToolError(Exception):
@@ -55,7 +61,7 @@ class Ctx:
         if not isinstance(path, str) or not path:
             raise ToolError("path: give a file, relative to the working directory")
         full = os.path.normpath(os.path.join(self.root, path))
-        if full != self.root and not full.startswith(self.root.rstrip("/") + "/"):
+        if full != self.root and not under(full, self.root):
             raise ToolError(f"path: {path} is outside the working directory")
         if self.extensions and not full.endswith(self.extensions):
             raise ToolError(f"path: {path} is not a {self.language} file "
@@ -64,7 +70,8 @@ class Ctx:
 
     def rel(self, path: str) -> str:
         """A path as output shows it: relative to the root when under it."""
-        if path.startswith(self.root.rstrip("/") + "/"):
+        path = os.path.normpath(path)
+        if under(path, self.root):
             return path[len(self.root.rstrip("/")) + 1:]
         return path
 
@@ -263,21 +270,42 @@ def locations(result: Any) -> list[tuple[str, dict[str, Any]]]:
     return [(u, r) for u, r in out if isinstance(u, str) and isinstance(r, dict)]
 
 
-async def location_lines(ctx: Ctx, locs: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """`path:line:col: text` per location, sorted, duplicates dropped."""
-    rows, docs = set(), {}
-    for uri, rng in locs:
+async def location_lines(ctx: Ctx, locs: list[tuple[str, dict[str, Any]]],
+                         labels: list[str] | None = None) -> list[str]:
+    """`path:line:col: text` per location (then its label), sorted, duplicates dropped;
+    at most MAX_ROWS, and a last line saying how many more there were."""
+    keys = set()
+    for i, (uri, rng) in enumerate(locs):
+        start = rng.get("start")
+        try:
+            n0, units = int(start["line"]), int(start["character"])
+        except (TypeError, KeyError, ValueError):
+            continue
         path = uri_path(uri) or uri
+        keys.add((ctx.rel(path), n0, units, labels[i] if labels else "", path))
+    rows, docs = [], {}
+    for rel, n0, units, label, path in sorted(keys)[:MAX_ROWS]:
         if path not in docs:
             docs[path] = await ctx.client.peek(path)
         doc = docs[path]
-        start = rng.get("start") or {"line": 0, "character": 0}
         if doc is None:
-            rows.add((ctx.rel(path), start["line"] + 1, start["character"] + 1, ""))
+            rows.append(f"{rel}:{n0 + 1}:{units + 1}: {label}")
             continue
-        line, col = doc.from_wire(start)
-        rows.add((ctx.rel(path), line, col, doc.line(line - 1).strip()))
-    return [f"{p}:{n}:{c}: {t}" for p, n, c, t in sorted(rows)]
+        line, col = doc.from_wire({"line": n0, "character": units})
+        rows.append(f"{rel}:{line}:{col}: {shown(doc.line(line - 1), col)}{label}")
+    if len(keys) > MAX_ROWS:
+        rows.append(f"[{len(keys) - MAX_ROWS} more locations not shown (limit {MAX_ROWS})]")
+    return rows
+
+
+def shown(text: str, col: int) -> str:
+    """A source line as a row shows it: stripped, and when longer than MAX_SHOWN, the
+    MAX_SHOWN characters around column `col` (1-based), saying it was cut."""
+    if len(text) <= MAX_SHOWN:
+        return text.strip()
+    start = max(0, min(col - 1 - MAX_SHOWN // 4, len(text) - MAX_SHOWN))
+    part = text[start:start + MAX_SHOWN].strip()
+    return f"{'…' if start else ''}{part}… [line cut: {len(text)} characters]"
 
 
 # -- the operations --
@@ -360,23 +388,26 @@ async def diagnostics(ctx: Ctx) -> str:
             doc, sent = await c.sync(p, ctx.language)
         except ResponseError as e:
             raise ToolError(f"{ctx.rel(p)}: {e.args[0].split(' (lsp error')[0]}") from None
-        if sent or path_uri(p) not in c.diagnostics:
+        if sent or doc.uri not in c.diagnostics:
             fresh.append(doc.uri)
     late = await _wait_pushes(c, fresh, mark, wait)
-    rows = []
+    rows, cut = [], []
     for p in paths:
         uri = path_uri(p)
-        doc = c.docs.get(uri)
-        for d in (c.diagnostics.get(uri) or (0, None, []))[2]:
-            if not isinstance(d, dict) or doc is None:
-                continue
-            line, col = doc.from_wire((d.get("range") or {}).get("start") or {})
-            sev = d.get("severity")
+        doc, pushed = c.docs.get(uri), c.diagnostics.get(uri)
+        if doc is None or pushed is None:
+            continue
+        if pushed.dropped:
+            cut.append(f"[lsp_diagnostics: {pushed.dropped} more diagnostics of "
+                       f"{ctx.rel(p)} not kept (limit {lspproto.MAX_DIAGNOSTICS})]")
+        for d in pushed.items:
+            line, col = doc.from_wire(d["start"])
+            sev = d["severity"]
             sev = SEVERITY[sev] if isinstance(sev, int) and 0 < sev < 5 else "error"
-            src = f" [{d['source']}]" if d.get("source") else ""
-            msg = " ".join(str(d.get("message", "")).split())
+            src = f" [{d['source']}]" if d["source"] else ""
+            msg = " ".join(d["message"].split())
             rows.append((ctx.rel(p), line, col, f"{sev}: {msg}{src}"))
-    out = [f"{p}:{n}:{col}: {t}" for p, n, col, t in sorted(rows)]
+    out = [f"{p}:{n}:{col}: {t}" for p, n, col, t in sorted(rows)] + cut
     if late:
         out.append(f"[lsp_diagnostics: no diagnostics pushed within {wait:g}s for "
                    f"{len(late)} file{'s' if len(late) > 1 else ''}: "
@@ -391,7 +422,7 @@ async def _wait_pushes(c: Client, uris: list[str], mark: int, wait: float) -> li
     deadline = time.monotonic() + wait
 
     def left() -> list[str]:
-        return [u for u in uris if (c.diagnostics.get(u) or (0,))[0] <= mark]
+        return [u for u in uris if u not in c.diagnostics or c.diagnostics[u].n <= mark]
 
     async def until(pred: Any, end: float) -> None:
         async with c.pushed:

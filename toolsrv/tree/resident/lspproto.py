@@ -14,23 +14,37 @@
 #     window/showMessageRequest -> null; workspace/workspaceFolders -> the root;
 #     workspace/applyEdit -> not applied (edits are toolsrv's, made by lsp_rename);
 #     anything else -> "method not found";
-#   - textDocument/publishDiagnostics is kept per uri (the latest), with a condition for
-#     lsp_diagnostics to wait on; other notifications (logs, progress) are dropped.
+#   - textDocument/publishDiagnostics is kept (the latest) for a document we have open
+#     under the root only, cut to MAX_DIAGNOSTICS of MAX_MESSAGE characters, with a
+#     condition for lsp_diagnostics to wait on; other notifications are dropped.
+# Bounds (the server is untrusted; its bytes must not stall the loop or grow toolsrv):
+# a message is at most MAX_FRAME bytes and MAX_VALUES JSON values (counted in C before it
+# is parsed on the loop); from one call's start to the next the server may send MAX_SENT
+# bytes; the documents' text and the diagnostics held for it are at most MAX_HELD
+# characters.  Past any, the server is ended (Client.stop) and the call says why.
 # Documents: `sync(path)` reads the file through the bridge (toolsrv/read, which answers
-# "unchanged" on an unchanged mtime and size) and sends didOpen the first time, didChange
+# "unchanged" on an unchanged mtime and size; the text comes as base64, so the values of a
+# file's text are not counted as JSON values) and sends didOpen the first time, didChange
 # (full text, next version) when the file changed on disk since.  Positions on the wire are
 # UTF-16 code units (the protocol's default); `Doc` converts to and from 1-based columns in
-# characters.  lsprotocol is used for the method names and enums only (see doc/tools.md,
+# characters, in C (one encode of a line that has characters past U+FFFF, kept).  lsprotocol is used for the method names and enums only (see doc/tools.md,
 # "Language servers": its cattrs converters cost more start-up than they save here).
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import os
 from typing import Any
 
-MAX_FRAME = 64 * 2**20
+MAX_FRAME = 64 * 2**20     # bytes of one message
+MAX_VALUES = 2**20         # JSON values of one message (json.loads takes ~0.1 s on these)
+MAX_SENT = 256 * 2**20     # bytes a server may send from one call's start to the next's
+MAX_HELD = 256 * 2**20     # characters of documents and diagnostics held for one server
+MAX_DIAGNOSTICS = 1000     # diagnostics kept per document
+MAX_MESSAGE = 1000         # characters of a diagnostic's message (or source) kept
+SPLIT = 2**20              # characters split into lines at once (one C call, ~10 ms)
 
 
 class LSPError(Exception):
@@ -83,22 +97,48 @@ class Deframer:
                 return out
             body = bytes(self.buf[end + 4:end + 4 + length])
             del self.buf[:end + 4 + length]
+            values = body.count(b",") + body.count(b"[") + body.count(b"{")
+            if values > MAX_VALUES:     # a value past a container's first follows a comma
+                raise LSPError(f"a message of {length} bytes holds up to {values} JSON "
+                               f"values (limit {MAX_VALUES})")
             try:
                 out.append(json.loads(body))
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise LSPError(f"not JSON: {body[:40]!r}") from None
+
+
+def split_lines(text: str) -> list[str]:
+    """text.split("\n"), about SPLIT characters at a time: in a worker thread the loop
+    gets its turns between the pieces (one split of 8 MiB of short lines holds the GIL
+    for a third of a second)."""
+    out, at = [], 0
+    while True:
+        end = text.find("\n", at + SPLIT) if len(text) - at > SPLIT else -1
+        if end < 0:
+            return out + text[at:].split("\n")
+        out += text[at:end].split("\n")
+        at = end + 1
+
+
+async def lines_of(text: str) -> list[str]:
+    """A text's lines: split here when short, else in a worker thread."""
+    return split_lines(text) if len(text) <= SPLIT else \
+        await asyncio.to_thread(split_lines, text)
 
 
 class Doc:
     """One synced file: its text, lines, version, stamp on disk."""
 
-    def __init__(self, uri: str, path: str, text: str, stamp: Any, version: int = 1) -> None:
+    def __init__(self, uri: str, path: str, text: str, stamp: Any, version: int = 1,
+                 lines: list[str] | None = None) -> None:
         self.uri, self.path, self.stamp, self.version = uri, path, stamp, version
-        self.set(text)
+        self.set(text, lines)
 
-    def set(self, text: str) -> None:
+    def set(self, text: str, lines: list[str] | None = None) -> None:
+        """The text, and its lines when they are known (split_lines)."""
         self.text = text
-        self.lines = text.split("\n")
+        self.lines = split_lines(text) if lines is None else lines
+        self.wide: dict[int, bytes | None] = {}   # line -> its UTF-16, or None: all BMP
 
     def line(self, n0: int) -> str:
         """Line n0 (0-based) without its end of line; "" past the end."""
@@ -110,17 +150,24 @@ class Doc:
         return {"line": line1 - 1, "character": utf16_len(text) + max(0, col1 - 1 - len(text))}
 
     def from_wire(self, pos: dict[str, Any]) -> tuple[int, int]:
-        """An LSP Position -> 1-based (line, column in characters)."""
+        """An LSP Position -> 1-based (line, column in characters); a column past the end
+        of its line counts on (as the old walk did), a surrogate half rounds up."""
         n0, units = int(pos.get("line", 0)), int(pos.get("character", 0))
-        text, col, seen = self.line(n0), 0, 0
-        while col < len(text) and seen < units:
-            seen += 2 if ord(text[col]) > 0xFFFF else 1
-            col += 1
-        return n0 + 1, col + 1 + max(0, units - seen)
+        if n0 not in self.wide:
+            text = self.line(n0)
+            self.wide[n0] = text.encode("utf-16-le", "surrogatepass") \
+                if text and max(text) > "\uffff" else None
+        wide = self.wide[n0]
+        if wide is None or units <= 0:
+            return n0 + 1, max(0, units) + 1
+        have = len(wide) // 2
+        if units >= have:
+            return n0 + 1, len(self.line(n0)) + 1 + units - have
+        return n0 + 1, len(wide[:2 * units].decode("utf-16-le", "surrogatepass")) + 1
 
 
 def utf16_len(text: str) -> int:
-    return len(text) + sum(1 for c in text if ord(c) > 0xFFFF)
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def path_uri(path: str) -> str:
@@ -129,9 +176,38 @@ def path_uri(path: str) -> str:
 
 
 def uri_path(uri: str) -> str | None:
+    """A file uri's path, normalised (no `..`, links not followed); None for another."""
     from urllib.parse import unquote, urlparse
     u = urlparse(uri)
-    return unquote(u.path) if u.scheme == "file" else None
+    return os.path.normpath(unquote(u.path)) if u.scheme == "file" and u.path else None
+
+
+def under(path: str, root: str) -> bool:
+    """Whether normalised `path` lies inside directory `root` (not the root itself)."""
+    return path.startswith(root.rstrip("/") + "/")
+
+
+class Pushed:
+    """The latest diagnostics a server pushed for one document, as kept: at most
+    MAX_DIAGNOSTICS (`dropped` more were sent), each cut to what lsp_diagnostics shows."""
+
+    def __init__(self, n: int, items: list[Any]) -> None:
+        self.n, self.dropped = n, max(0, len(items) - MAX_DIAGNOSTICS)
+        self.items = [_diagnostic(d) for d in items[:MAX_DIAGNOSTICS] if isinstance(d, dict)]
+        self.size = sum(len(d["message"]) + len(d["source"]) + 64 for d in self.items)
+
+
+def _diagnostic(d: dict[str, Any]) -> dict[str, Any]:
+    rng = d.get("range")
+    start = rng.get("start") if isinstance(rng, dict) else None
+    sev = d.get("severity")
+
+    def cut(v: Any) -> str:
+        text = v if isinstance(v, str) else ""
+        return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + " [cut]"
+    return {"start": start if isinstance(start, dict) else {},
+            "severity": sev if isinstance(sev, int) else None,
+            "source": cut(d.get("source")), "message": cut(d.get("message"))}
 
 
 CAPABILITIES: dict[str, Any] = {
@@ -161,8 +237,9 @@ class Client:
         self.waiting: dict[int, asyncio.Future[Any]] = {}
         self.docs: dict[str, Doc] = {}
         self.peeked: dict[str, Doc] = {}      # files read for their lines, not opened
-        self.diagnostics: dict[str, tuple[int, Any, list[Any]]] = {}   # uri -> (n, version, list)
+        self.diagnostics: dict[str, Pushed] = {}
         self.pushes = 0
+        self.sent = 0                  # bytes read since the call began (MAX_SENT)
         self.pushed = asyncio.Condition()
         self.capabilities: dict[str, Any] = {}
         self.info: dict[str, Any] = {}
@@ -197,13 +274,44 @@ class Client:
         deframer = Deframer()
         try:
             while True:
-                for msg in deframer.feed(await self.proc.chunk()):
+                data = await self.proc.chunk()
+                self.sent += len(data)
+                if self.sent > MAX_SENT:
+                    raise LSPError(f"the language server sent over {MAX_SENT >> 20} MiB "
+                                   "since the call began (its byte budget)")
+                for msg in deframer.feed(data):
                     self._dispatch(msg)
         except Exception as e:        # Ended, LSPError: every waiter hears why
-            self.broken = str(e) or type(e).__name__
-            for fut in self.waiting.values():
-                if not fut.done():
-                    fut.set_exception(LSPError(self.broken))
+            self.stop(str(e) or type(e).__name__)
+
+    def begin(self) -> None:
+        """A call begins: the server's byte budget (MAX_SENT) starts again."""
+        self.sent = 0
+
+    def stop(self, why: str) -> None:
+        """The server must go: every waiter, and every later request, hears why; the
+        process is ended now (nothing reads it any more)."""
+        if self.broken:
+            return
+        self.broken = why
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(LSPError(why))
+        end = getattr(self.proc, "end", None)
+        if end is not None:
+            end(why)
+
+    def held(self) -> int:
+        """Characters held for this server: its documents' text and its diagnostics."""
+        return sum(len(d.text) for d in self.docs.values()) + \
+            sum(len(d.text) for d in self.peeked.values()) + \
+            sum(p.size for p in self.diagnostics.values())
+
+    def _check_held(self) -> None:
+        if self.held() > MAX_HELD:
+            self.stop(f"the files and diagnostics held for the language server passed "
+                      f"{MAX_HELD >> 20} MiB (its byte budget)")
+            raise LSPError(str(self.broken))
 
     def _dispatch(self, msg: Any) -> None:
         if not isinstance(msg, dict):
@@ -249,11 +357,17 @@ class Client:
         return value
 
     def _keep_diagnostics(self, params: dict[str, Any]) -> None:
-        uri = params.get("uri")
-        if isinstance(uri, str) and isinstance(params.get("diagnostics"), list):
-            self.pushes += 1
-            self.diagnostics[uri] = (self.pushes, params.get("version"), params["diagnostics"])
-            asyncio.ensure_future(self._wake_pushed())
+        uri, items = params.get("uri"), params.get("diagnostics")
+        path = uri_path(uri) if isinstance(uri, str) else None
+        if path is None or not isinstance(items, list) or not under(path, self.root):
+            return
+        uri = path_uri(path)
+        if uri not in self.docs:            # only documents we opened
+            return
+        self.pushes += 1
+        self.diagnostics[uri] = Pushed(self.pushes, items)
+        self._check_held()
+        asyncio.ensure_future(self._wake_pushed())
 
     async def _wake_pushed(self) -> None:
         async with self.pushed:
@@ -286,14 +400,22 @@ class Client:
 
     # -- files, through the bridge --
     async def read(self, path: str, known: Any = None) -> dict[str, Any]:
-        return await self.request("toolsrv/read", {"path": path, "known": known})
+        """The bridge's toolsrv/read: {unchanged: true} or {text, stamp}."""
+        res = await self.request("toolsrv/read", {"path": path, "known": known})
+        if isinstance(res, dict) and isinstance(res.get("data"), str):
+            try:
+                res["text"] = base64.b64decode(res.pop("data")).decode("utf-8")
+            except ValueError:
+                raise LSPError("toolsrv/read: data not base64 of UTF-8") from None
+        return res
 
-    async def write(self, doc: Doc, text: str) -> None:
+    async def write(self, doc: Doc, text: str, lines: list[str]) -> None:
         res = await self.request("toolsrv/write", {"path": doc.path, "text": text,
                                                    "stamp": doc.stamp})
         doc.stamp = res.get("stamp") if isinstance(res, dict) else None
         doc.version += 1
-        doc.set(text)
+        doc.set(text, lines)
+        self._check_held()
         self.notify("textDocument/didChange", {
             "textDocument": {"uri": doc.uri, "version": doc.version},
             "contentChanges": [{"text": text}]})
@@ -309,13 +431,16 @@ class Client:
         text = res.get("text")
         if not isinstance(text, str):
             raise LSPError("toolsrv/read: no text")
+        lines = await lines_of(text)
         if doc is None:
-            doc = self.docs[uri] = Doc(uri, path, text, res.get("stamp"))
+            doc = self.docs[uri] = Doc(uri, path, text, res.get("stamp"), lines=lines)
+            self._check_held()
             self.notify("textDocument/didOpen", {"textDocument": {
                 "uri": uri, "languageId": language, "version": doc.version, "text": text}})
             return doc, True
         doc.stamp, doc.version = res.get("stamp"), doc.version + 1
-        doc.set(text)
+        doc.set(text, lines)
+        self._check_held()
         self.notify("textDocument/didChange", {
             "textDocument": {"uri": uri, "version": doc.version},
             "contentChanges": [{"text": text}]})
@@ -339,7 +464,9 @@ class Client:
             return None
         if len(self.peeked) > 256:
             self.peeked.clear()
-        doc = self.peeked[path] = Doc(uri, path, text, res.get("stamp"))
+        doc = self.peeked[path] = Doc(uri, path, text, res.get("stamp"),
+                                      lines=await lines_of(text))
+        self._check_held()
         return doc
 
     def close(self) -> None:

@@ -79,6 +79,7 @@ class Process:
         self.sink: bytearray | None = None   # the running call's stderr
         self.sink_cut = False
         self.tail = bytearray()
+        self.why = ""                   # why toolsrv ended it (end), for exit_reason
         self._pending = bytearray()     # stdin not yet written
         self._writing = False
         loop = asyncio.get_running_loop()
@@ -96,6 +97,8 @@ class Process:
 
     def exit_reason(self) -> str:
         """Why the process is gone, in words: its exit status or signal, its last stderr."""
+        if self.why:
+            return f"ended by toolsrv: {self.why}"
         if not self.handle.exited.done():
             return "the process closed it" if self.eof else "process running"
         status, error = self.handle.exited.result()
@@ -234,6 +237,12 @@ class Process:
         """SIGKILL the whole namespace (through the init's pidfd)."""
         if self.alive:
             self.launcher.kill(self.handle)
+
+    def end(self, why: str) -> None:
+        """Kill it for a reason of toolsrv's (a language server past its budget), which
+        exit_reason then gives."""
+        self.why = why
+        self.kill()
 
     def terminate(self, grace: float) -> None:
         """EOF on stdin and SIGTERM now, SIGKILL after `grace` seconds."""
