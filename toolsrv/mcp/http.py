@@ -16,6 +16,13 @@ Every request passes the gate before the SDK sees it:
            mode 600, and printed then, as Jupyter does).  `--no-token` is the explicit
            choice of none, for loopback only.
 
+Connections are bounded (httpconns.py): a connection with no request passed yet counts
+against a small budget of its peer's (its uid on loopback), apart from those that passed,
+and must bring a whole request head within a few seconds; a refused request (401, 403,
+421) ends its connection, so a peer without the token can never hold what the owner
+needs.  A request body is read whole before the SDK sees it, MAX_BODY bytes at most
+(413).  uvicorn's limit_concurrency bounds the requests in flight (503).
+
 Sessions are bounded: the SDK ends one that has had no request in flight (no open GET
 stream either) for --idle-timeout seconds, and refuses a new one (503) while
 --max-sessions are open; each one's end removes its seat (server.py), so abandoned
@@ -33,13 +40,16 @@ from __future__ import annotations
 import contextlib
 import hmac
 import ipaddress
-import json
 import os
 import socket
 import sys
 from typing import Any
 
+from .httpconns import (BACKLOG, HELD_MAX, MAX_HEAD, Conns, TooFewFds, guarded,
+                        passed_room, rpc_error)
 from .server import Wiring
+
+MAX_BODY = 8 << 20       # bytes of one request's body (a call's args are 1 MiB by default)
 
 
 class BadListen(ValueError):
@@ -88,6 +98,10 @@ def check_listen(host: str, listen_any: bool, token_file: str | None,
     if no_token and (listen_any or token_file):
         raise BadListen("--no-token goes with a loopback --http alone (not with "
                         "--listen-any or --token-file)")
+    try:
+        passed_room()          # the open-file limit leaves room for the connections
+    except TooFewFds as e:
+        raise BadListen(str(e)) from None
     if no_token:
         return None, None, False
     from ..serve.auth import load_secret
@@ -118,11 +132,13 @@ def _hostport(host: str, port: int) -> str:
 
 
 class Gate:
-    """ASGI middleware: Origin and Host as the module's comment says, then the token."""
+    """ASGI middleware: Origin and Host as the module's comment says, then the token, then
+    the connection's count (conns) and the body's size."""
 
     def __init__(self, app: Any, token: bytes | None, port: int, loopback: bool,
-                 where: str = "its token file") -> None:
+                 where: str = "its token file", conns: Conns | None = None) -> None:
         self.app, self.port, self.loopback, self.where = app, port, loopback, where
+        self.conns = conns or Conns()
         self.want = b"Bearer " + token if token else None
         self.stopping = False
         self.waiting: set[Any] = set()     # the cancel scopes of receives waiting now
@@ -158,34 +174,69 @@ class Gate:
             names.add(f"localhost:{self.port}")
         return names
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
+    def refusal(self, scope: dict[str, Any]) -> tuple[int, str] | None:
+        """(status, why) when the request may not pass, else None."""
         headers = dict(scope.get("headers", []))
         ours = self.ours(scope)
         origin = headers.get(b"origin", b"").decode("latin-1")
         if origin and origin.lower() not in {f"http://{n}" for n in ours}:
-            return await _refuse(send, 403, f"forbidden: Origin {origin[:100]} is not this "
-                                 f"server's own (http://{min(ours)})")
+            return 403, (f"forbidden: Origin {origin[:100]} is not this server's own "
+                         f"(http://{min(ours)})")
         host = headers.get(b"host", b"").decode("latin-1").lower()
         if self.loopback and host not in ours:
-            return await _refuse(send, 421, f"misdirected: Host {host[:100]!r} does not "
-                                 f"name this server ({min(ours)})")
+            return 421, f"misdirected: Host {host[:100]!r} does not name this server " \
+                        f"({min(ours)})"
         if self.want is not None:
             got = headers.get(b"authorization", b"")
             if not hmac.compare_digest(got, self.want):
-                return await _refuse(send, 401, "unauthorized: this toolsrv mcp wants the "
-                                     "header `Authorization: Bearer <token>`, the token being "
-                                     f"the text of {self.where}" if not got else
-                                     "unauthorized: wrong bearer token")
-        await self.app(scope, self._or_gone(receive), send)
+                return 401, ("unauthorized: this toolsrv mcp wants the header "
+                             "`Authorization: Bearer <token>`, the token being the text of "
+                             f"{self.where}" if not got else "unauthorized: wrong bearer token")
+        busy = self.conns.passes(scope.get("client"))
+        return (503, busy) if busy else None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        no = self.refusal(scope)
+        if no is not None:
+            return await _refuse(send, *no)
+        recv = self._or_gone(receive)
+        said = dict(scope.get("headers", [])).get(b"content-length", b"0")
+        body = await _read_body(recv) if said.isdigit() and int(said) <= MAX_BODY else None
+        if body is None:
+            return await _refuse(send, 413, f"request body too large: {MAX_BODY} bytes at "
+                                 "most")
+        await self.app(scope, _replay(body, recv), send)
+
+
+async def _read_body(recv: Any) -> list[dict[str, Any]] | None:
+    """The request's messages up to its last body part (or a disconnect), MAX_BODY bytes
+    of body at most; None past that."""
+    got, size = [], 0
+    while True:
+        m = await recv()
+        got.append(m)
+        if m["type"] != "http.request":
+            return got
+        size += len(m.get("body", b""))
+        if size > MAX_BODY:
+            return None
+        if not m.get("more_body"):
+            return got
+
+
+def _replay(got: list[dict[str, Any]], recv: Any) -> Any:
+    async def again() -> dict[str, Any]:
+        return got.pop(0) if got else await recv()
+    return again
 
 
 async def _refuse(send: Any, status: int, why: str) -> None:
-    body = json.dumps({"jsonrpc": "2.0", "id": None,
-                       "error": {"code": -32001, "message": why}}).encode()
+    """Answer `why` with `status` and end the connection (a refused peer holds none)."""
+    body = rpc_error(why)
     headers = [(b"content-type", b"application/json"),
-               (b"content-length", str(len(body)).encode())]
+               (b"content-length", str(len(body)).encode()), (b"connection", b"close")]
     if status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="toolsrv"'))
     await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -198,7 +249,7 @@ def bind(host: str, port: int) -> socket.socket:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         s.bind((host, port))
-        s.listen(128)
+        s.listen(BACKLOG)
     except OSError:
         s.close()
         raise
@@ -235,9 +286,12 @@ async def serve_http(wiring: Wiring, listen: Listen) -> None:
           + (f" (bearer token required: the text of {listen.token_file})" if token else
              " (--no-token: any local user can connect)"),
           file=sys.stderr, flush=True)
-    gate = Gate(app, token, port, is_loopback(host), listen.token_file or "")
+    conns = Conns(passed_room())
+    gate = Gate(app, token, port, is_loopback(host), listen.token_file or "", conns)
     config = uvicorn.Config(gate, log_level="warning", lifespan="on", access_log=False,
-                            timeout_graceful_shutdown=STOP_GRACE)
+                            timeout_graceful_shutdown=STOP_GRACE, http=guarded(conns),
+                            ws="none", h11_max_incomplete_event_size=MAX_HEAD, backlog=BACKLOG,
+                            limit_concurrency=HELD_MAX + conns.passed_max + 1)
     server = _quiet_uvicorn(config)
     wiring.stop = lambda: (gate.stop(), setattr(server, "should_exit", True))
     try:
