@@ -307,11 +307,13 @@ class App:
             self.lock = None
 
     def _make_runner(self) -> tuple[Any, tuple[int, int] | None]:
+        from .run.elevation import broker_socket    # where `toolsrv approve` listens too
         from .run.runner import Runner, RunnerConfig
         runner = Runner(RunnerConfig(timeout=self.opts.timeout, run_as=self.opts.run_as,
                                      warm=self.opts.warm, run_limits=self._run_limits(),
                                      stdout_cap=self.opts.max_output,
-                                     stderr_cap=self.opts.max_output))
+                                     stderr_cap=self.opts.max_output,
+                                     bypass_socket=broker_socket(os.environ, dial.namespace())))
         from .registry import warmstart
         warmstart.OFF = None if self.opts.warm else \
             "warm starts are off (toolsrv serve --no-warm)"

@@ -117,13 +117,12 @@ async def ask_terminal(request: dict) -> bool:
 
 
 def default_socket_path() -> str:
-    """$OLLIE_BYPASS_SOCKET, else approve.sock in the Plan 9 namespace directory."""
-    env = os.environ.get("OLLIE_BYPASS_SOCKET")
-    if env:
-        return env
-    ns = os.environ.get("NAMESPACE") or \
-        f"/tmp/ns.{os.environ.get('USER', str(os.getuid()))}.{os.environ.get('DISPLAY', ':0')}"
-    return os.path.join(ns, "approve.sock")
+    """Where serve asks by default (run/elevation.py's broker_socket: $OLLIE_BYPASS_SOCKET,
+    else $OLLIE_ELEVATE_SOCKET, else $NAMESPACE/approve.sock); ValueError when the two
+    variables disagree."""
+    from ..run.elevation import broker_socket
+    from ..serve.dial import namespace
+    return broker_socket(os.environ, namespace())
 
 
 def approve_main(argv: list[str]) -> int:
@@ -133,10 +132,15 @@ def approve_main(argv: list[str]) -> int:
                                 description="approve or refuse elevated tool calls")
     p.add_argument("--allow", nargs="+", metavar="TOOL", action="extend",
                    help="approve these tools without asking; refuse all others")
-    p.add_argument("--socket", default=None, help="socket path (default: $OLLIE_BYPASS_SOCKET "
-                   "or $NAMESPACE/approve.sock)")
+    p.add_argument("--socket", default=None, help="socket path (default: $OLLIE_BYPASS_SOCKET, "
+                   "else $OLLIE_ELEVATE_SOCKET, else $NAMESPACE/approve.sock, where serve "
+                   "asks)")
     opts = p.parse_args(argv)
-    path = opts.socket or default_socket_path()
+    try:
+        path = opts.socket or default_socket_path()
+    except ValueError as e:
+        print(f"toolsrv approve: {e}", file=sys.stderr)
+        return 1
     from ..dirs.trusted import Untrusted, open_dir
     try:    # whoever can change the socket's directory could answer in the broker's place
         open_dir(os.path.dirname(os.path.abspath(path)), 0o700,     # made 0700 if missing;
