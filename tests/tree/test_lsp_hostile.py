@@ -280,3 +280,55 @@ def test_a_renames_diff_made_from_its_edits_patches_the_old_text_into_the_new(
     def whole(t: str) -> str:
         return t if t.endswith("\n") or not t else t + "\n"
     assert patch(whole(text), diff) == whole(new)
+
+
+def test_a_symbols_name_is_looked_for_near_where_the_server_puts_it_only():
+    """A SymbolInformation names a range; its name is searched from the range's start for
+    NAME_SCAN characters (500 symbols on a file of 50 long lines searched 8 MB each)."""
+    far = "a" * lspops.NAME_SCAN
+    doc = lspproto.Doc("file:///r/x.py", "/r/x.py", f"{far} near\n{far} far\n", None)
+    sym = {"name": "near", "range": {"start": {"line": 0, "character": 10}}}
+    assert lspops._name_position(doc, sym) == {"line": 0, "character": len(far) + 1}
+    sym = {"name": "far", "range": {"start": {"line": 0, "character": 10}}}
+    assert lspops._name_position(doc, sym) == {"line": 0, "character": 10}
+
+
+class Stub:
+    """A client whose server answers every request with `answer` (for lspedit.run)."""
+
+    def __init__(self, answer) -> None:
+        self.answer, self.root, self.info = answer, "/r", {}
+        self.doc = lspproto.Doc("file:///r/x.py", "/r/x.py", "x = 1\n", None)
+
+    def supports(self, _: str) -> bool:
+        return True
+
+    def begin(self) -> None:
+        pass
+
+    async def sync(self, path: str, language: str):
+        return self.doc, False
+
+    async def request(self, method: str, params):
+        return self.answer
+
+
+class StubProcess:
+    sink, sink_cut, overflow, calls = None, False, False, 0
+
+    def drain_err(self) -> None:
+        pass
+
+
+def test_an_answer_nested_past_the_stack_fails_the_call_and_ends_the_server():
+    """json.loads takes a list nested 990 deep; turning it into text recursed past the
+    stack, and the RecursionError escaped the call."""
+    import asyncio
+    deep: list = ["x"]
+    for _ in range(990):
+        deep = [deep]
+    rep = asyncio.run(lspedit.run(StubProcess(), Stub({"contents": deep}), "hover",
+                                  {"language": "python"}, {"path": "x.py", "line": 1},
+                                  30, None))
+    assert rep.failure and "RecursionError" in rep.failure
+    assert rep.output is None

@@ -280,7 +280,8 @@ async def run(proc: Any, client: Any, op: str, lang: dict[str, Any], args: dict[
             return None, str(e)
         except ResponseError as e:
             return None, f"lsp_{op}: the language server refused: {e}"
-        except (LSPError, ValueError, TypeError, KeyError, AttributeError) as e:
+        except (LSPError, ValueError, TypeError, KeyError, AttributeError,
+                RecursionError) as e:     # an answer nested past the stack: it must go
             raise Ended(f"lsp: {type(e).__name__}: {e}") from None
     value, rep = await answer(proc, timeout, kill, one)
     if value is not None:

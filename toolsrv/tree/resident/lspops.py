@@ -14,7 +14,8 @@
 # server stays); lspproto.LSPError means the process must go.  Rename lives in lspedit.py.
 # Bounds: a list of locations shows at most MAX_ROWS rows (sorted on the wire's numbers
 # first, so only the rows shown are converted and their files read) and a line at most
-# MAX_SHOWN characters of it, around the column; each cut is said on the output.
+# MAX_SHOWN characters of it, around the column; each cut is said on the output.  A
+# symbol's name is looked for in NAME_SCAN characters from where the server says it is.
 from __future__ import annotations
 
 import asyncio
@@ -36,6 +37,7 @@ SETTLE = 0.5        # then, seconds without a push before the answer is taken as
 MAX_FILES = 1000    # files opened for a symbol search or whole-workspace diagnostics
 MAX_ROWS = 1000     # rows of a list of locations (references, definitions, calls)
 MAX_SHOWN = 200     # characters of a source line a row shows
+NAME_SCAN = 65536   # characters searched for a symbol's name from its range's start
 
 
 class ToolError(Exception):
@@ -217,17 +219,21 @@ async def _same_definition(ctx: Ctx, found: list[dict[str, Any]]) -> list[dict[s
 
 def _name_position(doc: Doc, s: dict[str, Any]) -> dict[str, Any]:
     """Where the symbol's name is: its selectionRange, else the first whole-word match of
-    the name from the start of its range (SymbolInformation's range covers the whole
-    definition)."""
+    the name in the NAME_SCAN characters from the start of its range, on at most 50 lines
+    (SymbolInformation's range covers the whole definition)."""
     if s.get("sel"):
         return dict(s["sel"]["start"])
     start = (s.get("range") or {}).get("start") or {"line": 0, "character": 0}
+    name, left = re.compile(r"\b%s\b" % re.escape(s["name"])), NAME_SCAN
     for n0 in range(int(start.get("line", 0)), min(len(doc.lines), int(start.get("line", 0)) + 50)):
         text = doc.line(n0)
         skip = doc.from_wire(start)[1] - 1 if n0 == start.get("line") else 0
-        m = re.compile(r"\b%s\b" % re.escape(s["name"])).search(text, skip)
+        m = name.search(text, skip, skip + left)
         if m:
             return doc.to_wire(n0 + 1, m.start() + 1)
+        left -= max(0, len(text) - skip)
+        if left <= 0:
+            break
     return dict(start)
 
 

@@ -462,8 +462,8 @@ class Client:
         text = res.get("text") if isinstance(res, dict) else None
         if not isinstance(text, str):
             return None
-        if len(self.peeked) > 256:
-            self.peeked.clear()
+        if len(self.peeked) > 256 or self.held() + len(text) > MAX_HELD:
+            self.peeked.clear()         # a cache: emptied before it costs the budget
         doc = self.peeked[path] = Doc(uri, path, text, res.get("stamp"),
                                       lines=await lines_of(text))
         self._check_held()
