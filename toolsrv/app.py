@@ -41,6 +41,7 @@ from .record import Record, replace
 from .serve import dial
 from .serve.server import DEFAULT_MSIZE, ServerConfig
 from .serve.peers import Internal, PeerPolicy
+from .serve.loopwatch import LoopWatch
 from .serve.transport import Gate, NinePProtocol, check_free, listen
 from .tree.root import ToolsrvFS
 from .tree.state.sessions import SessionStore
@@ -159,6 +160,7 @@ class App:
         self.stop_error: str | None = None   # why stop() failed (the final save): exit 1
         self.hosts: Any = None        # hosts.Hosts: the imports of other hosts' trees
         self.internal = Internal()    # the connections tools are given (serve/peers.py)
+        self.watch: LoopWatch | None = None   # the loop's lag, in /status (loopwatch.py)
 
     def _make_registry(self) -> Any:
         from .registry.registry import Registry
@@ -270,6 +272,7 @@ class App:
                                           port=srv.sockets[0].getsockname()[1])
         if self.lock is not None:                   # the addresses, a port 0 resolved
             self.lock.update([str(a) for a in self.addrs])
+        self.watch = LoopWatch().start()
         # Serving already.  Now the launcher (a process of its own: started sooner, it takes
         # a CPU from the start-up on a busy machine); calls arriving meanwhile wait for it
         # in Runner.run.  Then the call validator's library, off the loop, before a call
@@ -336,11 +339,11 @@ class App:
         load_profile(name)
 
     def _status_text(self) -> str:
-        """/status: the runner's figures, then the resident processes."""
+        """/status: the runner's figures, the resident processes, the loop's lag."""
         text = self.runner.status_text()
         if self.calls is not None:
             text += self.calls.sched.residents.status_text()
-        return text
+        return text + (self.watch.status_line() if self.watch is not None else "")
 
     def _start_calls(self) -> None:
         from .tree.agent import AgentFiles
@@ -391,6 +394,8 @@ class App:
         await self.stop()
 
     async def stop(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
         for s in self.servers:
             s.close()
         for p in list(self.conns):
