@@ -52,10 +52,18 @@ def start_broker(h: Harness, broker: Broker) -> tuple[str, asyncio.AbstractServe
 
 
 def elevated_read(h: Harness, sock: str | None) -> object:
-    env = {"OLLIE_BYPASS_SOCKET": sock} if sock else {}
-    return h.run(["/bin/cat", str(h.secret)], elevated=True, env=env,
+    h.runner.config.bypass_socket = sock
+    return h.run(["/bin/cat", str(h.secret)], elevated=True,
                  context={"session": "s1", "agent": "a1", "tool": "file_read",
                           "args": {"path": str(h.secret)}})
+
+
+def fake_broker(h: Harness, handler: object, name: str) -> tuple[str, asyncio.AbstractServer]:
+    """A scripted broker at base/NAME, with a token beside it as a broker writes one."""
+    path = str(h.base / name)
+    with open(os.open(path + ".token", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write("t" * 64)
+    return path, h.run_async(asyncio.start_unix_server(handler, path))  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(LANDLOCK.abi < 1, reason=NO_LANDLOCK)
@@ -81,8 +89,11 @@ def test_operator_says_no(h: Harness) -> None:
         res = elevated_read(h, path)
         assert res.error == "elevation denied (permission denied): refused by the operator"  # type: ignore
         assert res.stdout == b""  # type: ignore[attr-defined]
-        assert no.asked == [{"session": "s1", "agent": "a1", "tool": "file_read",
-                             "args": {"path": str(h.secret)}, "cwd": str(h.cwd)}]
+        [asked] = no.asked
+        assert asked.pop("peer") == [os.getpid(), os.geteuid()]     # the server, asking
+        assert asked.pop("reach").startswith("an approved run leaves Landlock")
+        assert asked == {"session": "s1", "agent": "a1", "tool": "file_read",
+                         "args": {"path": str(h.secret)}, "cwd": str(h.cwd)}
     finally:
         server.close()
 
@@ -100,8 +111,7 @@ def test_allow_list_approves_only_listed_tools(h: Harness) -> None:
     path, server = start_broker(h, Broker(allow=frozenset({"file_read"})))
     try:
         assert elevated_read(h, path).stdout == b"secret\n"  # type: ignore[attr-defined]
-        res = h.run(["/bin/true"], elevated=True, env={"OLLIE_BYPASS_SOCKET": path},
-                    context={"tool": "shell"})
+        res = h.run(["/bin/true"], elevated=True, context={"tool": "shell"})
         assert res.error == ("elevation denied (permission denied): shell is not in the "
                              "broker's allow list")
     finally:
@@ -113,8 +123,7 @@ def test_silent_broker_times_out_to_no(h: Harness) -> None:
         await reader.read()  # never answers; returns when the asker hangs up
         writer.close()
 
-    path = str(h.base / "silent.sock")
-    server = h.run_async(asyncio.start_unix_server(silent, path))
+    path, server = fake_broker(h, silent, "silent.sock")
     try:
         ok, reason = h.run_async(request_approval(path, {"tool": "x"}, timeout=0.3))
         assert not ok and "did not answer" in reason
@@ -137,8 +146,7 @@ def test_anything_but_a_clear_yes_is_no(h: Harness, answer: bytes, expected: str
         await writer.drain()
         writer.close()
 
-    path = str(h.base / "scripted.sock")
-    server = h.run_async(asyncio.start_unix_server(scripted, path))
+    path, server = fake_broker(h, scripted, "scripted.sock")
     try:
         ok, reason = h.run_async(request_approval(path, {"tool": "x"}))
         assert not ok and expected in reason
@@ -223,10 +231,10 @@ def test_approve_removes_its_socket_when_stopped(tmp_path: Path, sig: str) -> No
     path = tmp_path / "approve.sock"
     proc = _approve(path, "--allow", "file_read")
     try:
-        assert path.exists()
+        assert path.exists() and os.stat(f"{path}.token").st_mode & 0o777 == 0o600
         proc.send_signal(getattr(signal, sig))
         assert proc.wait(10) == 0
-        assert not path.exists()
+        assert not path.exists() and not os.path.exists(f"{path}.token")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -245,7 +253,7 @@ def test_approve_stopped_while_it_asks_still_exits_and_cleans_up(tmp_path: Path)
             loop = asyncio.get_running_loop()
             assert proc.stdout is not None
             line = await loop.run_in_executor(None, proc.stdout.readline)
-            assert "elevation request: tool shell" in line
+            assert line.startswith("elevation request from pid ") and "tool shell (" in line
             proc.send_signal(signal.SIGTERM)
             return await asking
         ok, reason = asyncio.run(ask_then_stop())
@@ -274,3 +282,192 @@ def test_a_stopping_broker_leaves_a_newer_brokers_socket_alone(tmp_path: Path) -
                 p.terminate()
                 p.wait(10)
     assert not path.exists()
+
+
+# -- who is asked, and who may ask (issue 44.4, 44.5) --
+
+FORGE = """
+import json, os, socket, sys
+path = sys.argv[1]
+print("env:", os.environ.get("OLLIE_BYPASS_SOCKET"))
+try:
+    open(path + ".token").read()
+    print("token: read")
+except OSError as e:
+    print("token:", e.strerror)
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(30)
+s.connect(path)
+s.sendall(json.dumps({"session": "prod", "agent": "deploy", "tool": "shell",
+                      "args": {"command": "systemctl restart web"}}).encode() + b"\\n")
+print("broker:", s.recv(4096).decode().strip())
+"""
+
+
+PYTHON = "/usr/bin/python3"     # the default profile grants /usr, not the venv
+
+
+@pytest.mark.skipif(LANDLOCK.abi < 1, reason=NO_LANDLOCK)
+@pytest.mark.skipif(not os.path.exists(PYTHON), reason=f"no {PYTHON} for the tool")
+def test_a_tool_cannot_put_a_request_in_front_of_the_operator() -> None:
+    """Issue 44.5 (repro/round4/broker_forged_request.sh): every tool had the broker's
+    socket in $OLLIE_BYPASS_SOCKET, and where the server runs tools as its own uid (an
+    ordinary user's server; here run_as=None) nothing told its requests from the server's:
+    the operator was asked to approve a call nobody made.  Now the tool has no socket in
+    its environment, cannot read the token (outside its profile), and the broker refuses
+    what it sends at once, asking no one."""
+    h = Harness(RunnerConfig(run_as=None))
+    try:
+        operator = Recorder(True)
+        path, server = start_broker(h, Broker(ask=operator))
+        res = h.run([PYTHON, "-c", FORGE, path], env={"OLLIE_BYPASS_SOCKET": path},
+                    profile=h.default)
+        out = res.stdout.decode()
+        assert "env: None" in out, (out, res.stderr, res.error)    # not handed to the tool
+        assert "token: Permission denied" in out, (out, res.stderr)   # Landlock: not granted
+        assert "does not carry the broker's token" in out and '"approve": false' in out
+        assert operator.asked == []                                 # nobody was asked
+        assert elevated_read(h, path).stdout == b"secret\n"  # type: ignore[attr-defined]
+        assert len(operator.asked) == 1                             # the server still asks
+        server.close()
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("mode, why", [(0o1777, "shared (sticky)"), (0o777, "writable by others")])
+def test_a_broker_socket_where_others_may_write_is_not_trusted(h: Harness, mode: int,
+                                                               why: str) -> None:
+    """Issue 44.4 (repro/round4/broker_peer_unchecked.sh): a socket named in a directory
+    like /tmp, which another user may bind first, was asked all the same."""
+    d = h.base / f"pub{mode:o}"
+    d.mkdir()
+    d.chmod(mode)
+    asked: list[bytes] = []
+
+    async def yes(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        asked.append(await reader.readline())
+        writer.write(b'{"approve": true}\n')
+        writer.close()
+
+    path, server = fake_broker(h, yes, f"pub{mode:o}/approve.sock")
+    try:
+        ok, reason = h.run_async(request_approval(path, {"tool": "x"}))
+        assert not ok and why in reason and "permission denied" in reason, reason
+        assert asked == []
+    finally:
+        server.close()
+
+
+EVIL = """
+import json, os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])            # in a directory of ours, with our token beside it
+os.setresgid(65534, 65534, 65534)
+os.setresuid(65534, 65534, 65534)
+s.listen(4)                    # SO_PEERCRED names who listened: uid 65534
+print("ready", flush=True)
+while True:
+    c, _ = s.accept()
+    c.recv(65536)
+    c.sendall(b'{"approve": true, "reason": "uid 65534 says yes"}\\n')
+    c.close()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to listen as another uid")
+def test_a_broker_of_another_uid_is_not_asked(h: Harness) -> None:
+    """Issue 44.4: whoever listened at the socket was asked, whatever its uid."""
+    path = str(h.base / "evil.sock")
+    with open(os.open(path + ".token", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write("t" * 64)
+    evil = subprocess.Popen([sys.executable, "-c", EVIL, path], stdout=subprocess.PIPE,
+                            text=True, cwd=OUTSIDE)
+    try:
+        assert evil.stdout is not None and evil.stdout.readline() == "ready\n"
+        ok, reason = h.run_async(request_approval(path, {"tool": "x"}))
+        assert not ok and "served by uid 65534" in reason and "permission denied" in reason
+    finally:
+        evil.kill()
+        evil.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another uid")
+def test_the_broker_refuses_a_peer_of_another_uid_without_asking(h: Harness) -> None:
+    operator = Recorder(True)
+    path, server = start_broker(h, Broker(ask=operator))
+    os.chmod(path, 0o666)
+    try:
+        code = ("import os, socket, sys; os.setresuid(65534, 65534, 65534); "
+                "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+                "print(s.recv(4096).decode())")
+        out = h.run_async(asyncio.to_thread(subprocess.run, [sys.executable, "-c", code, path],
+                                            capture_output=True, text=True, cwd=OUTSIDE,
+                                            timeout=30))
+        assert "may not ask this broker" in out.stdout, out
+        assert operator.asked == []
+    finally:
+        server.close()
+
+
+# -- an elevated run stays in its session (issue 44.2) --
+
+PEEK = """
+echo "A: $(cat "$1" 2>&1)"
+echo "bases: $(ls "$2" 2>&1 | tr '\\n' ' ')"
+echo "own: $(cat mine.txt 2>&1)"
+echo t > "$TMPDIR/t" && echo "tmp: $(cat "$TMPDIR/t")"
+echo "init: $(tr '\\0' ' ' < /proc/1/cmdline)"
+echo "procs: $(ls /proc | grep -c '^[0-9]')"
+grep -l 'py[t]est' /proc/[0-9]*/cmdline 2>/dev/null | head -1 | sed 's/^/host: /'
+echo "uid: $(id -u)"
+"""
+
+
+def test_an_approved_elevated_run_sees_no_other_session_and_no_host_proc() -> None:
+    """Issue 44.2 (repro/round4/elevated_cross_session.sh): an approved elevated run (no
+    Landlock, no seccomp) read another session's private cwd, which the tools' uid owns
+    beside its own, and saw the host's /proc.  Now the work and scratch bases are hidden
+    from it in a mount namespace of its own, but for its cwd and TMPDIR, and its /proc is
+    its PID namespace's."""
+    h = Harness(RunnerConfig(approval_timeout=10.0))
+    try:
+        work = h.mkdir("work")
+        h.runner.config.hidden = (str(work),)
+        sessions = {}
+        for name in ("sA.1.1", "sB.1.2"):
+            d = work / name
+            d.mkdir(mode=0o700)
+            if h.uid:
+                os.chown(d, *h.uid)
+            sessions[name] = d
+        secret = sessions["sA.1.1"] / "secret.txt"
+        secret.write_text("session A's private file\n")
+        (sessions["sB.1.2"] / "mine.txt").write_text("session B's own\n")
+        for f in (secret, sessions["sB.1.2"] / "mine.txt"):
+            f.chmod(0o600)
+            if h.uid:
+                os.chown(f, *h.uid)
+        operator = Recorder(True)
+        path, server = start_broker(h, Broker(ask=operator))
+        h.runner.config.bypass_socket = path
+        try:
+            res = h.run(["/bin/sh", "-c", PEEK, "peek", str(secret), str(work)],
+                        cwd=str(sessions["sB.1.2"]), elevated=True,
+                        context={"session": "sB", "agent": "b1", "tool": "peek", "args": {}})
+        finally:
+            server.close()
+        out = res.stdout.decode()
+        assert res.error is None and res.exit_code == 0, (res, out)
+        assert "session A's private file" not in out and "A: cat: " in out, out
+        assert "bases: sB.1.2 \n" in out, out                 # its own cwd, nothing beside it
+        assert "own: session B's own" in out and "tmp: t" in out, out
+        assert "host: " not in out, out                       # no process of the host
+        with open("/proc/1/cmdline") as f:                   # pid 1 is its namespace's init
+            assert "init: " in out and f"init: {f.read().replace(chr(0), ' ')}" not in out
+        assert int(out.split("procs: ")[1].split()[0]) < 10, out
+        if h.uid:
+            assert f"uid: {h.uid[0]}" in out, out
+        assert "sees no other session's" not in operator.asked[0]["reach"]
+        assert "other sessions' directories" in operator.asked[0]["reach"]
+    finally:
+        h.close()

@@ -33,13 +33,18 @@ def work_dir(state: str | None, tool_uid: tuple[int, int] | None,
                 return sdir.subdir("work", 0o711)
         finally:
             sdir.close()
-    base = trusted.open_dir(f"/var/tmp/toolsrv.{os.geteuid()}", 0o711)
+    base = trusted.open_dir(work_base(), 0o711)
     try:
         kept = ServerDir(base.subdir("nostate", 0o711))
         nostate(kept)
         return base.subdir("work", 0o711) if state else kept.claim()
     finally:
         base.close()
+
+
+def work_base() -> str:
+    """The work base of a server that runs tools as another uid: /var/tmp/toolsrv.<euid>."""
+    return f"/var/tmp/toolsrv.{os.geteuid()}"
 
 
 def sweep(nostate: ServerDir) -> None:

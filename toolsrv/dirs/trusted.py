@@ -5,7 +5,9 @@ directory (its socket), the state directory, the work base (the sessions' privat
 and the scratch base (each call's TMPDIR).  Some live in places every local user may
 write (/tmp, /var/tmp, /dev/shm), where another user can make the name first or, owning a
 directory on the way, swap what lies beneath it.  `open_dir(path, mode)` opens one such
-directory and proves it ours, or raises `Untrusted`:
+directory and proves it ours, or raises `Untrusted` (`open_kept(path)` checks one that
+another process of ours or root's keeps, the approval broker's, the same way, but makes
+and changes nothing, and takes root's as well as ours):
 
 - every directory above it (symlinks above it resolved once, and what they lead to
   checked) is owned by root or by us, and writable by no one else unless it is sticky (in
@@ -98,6 +100,29 @@ def open_dir(path: str, mode: int, todo: str = "remove it and start again",
     """The directory at `path`, proved ours (see the header), made with `mode` when
     missing (and set to it when found, unless not fix_mode); raises Untrusted, whose
     message ends with `todo` when the directory itself is the problem."""
+    path, name, fd = _walk(path, True)
+    try:
+        return _open_last(fd, path, name, mode, todo, fix_mode)
+    finally:
+        os.close(fd)
+
+
+def open_kept(path: str, todo: str) -> Dir:
+    """The directory at `path`, kept by us or by root (the approval broker's): the
+    directories above it checked as open_dir checks them, but nothing made and nothing
+    changed; it must exist, be owned by our euid or root, not be sticky, and be writable
+    by no one else.  Raises Untrusted, ending with `todo` when the directory is the
+    problem."""
+    path, name, fd = _walk(path, False)
+    try:
+        return _open_last(fd, path, name, 0, todo, False, (os.geteuid(), 0))
+    finally:
+        os.close(fd)
+
+
+def _walk(path: str, make: bool) -> tuple[str, str, int]:
+    """(the absolute path, its last name, an fd on its parent), every directory on the
+    way checked (_check_above); missing ones made 0700 when `make`."""
     path = os.path.abspath(path)
     parent, name = os.path.split(path)
     if not name:
@@ -109,24 +134,27 @@ def open_dir(path: str, mode: int, todo: str = "remove it and start again",
         for part in os.path.realpath(parent).split("/"):
             if part:
                 where = os.path.join(where, part)
-                nfd = _step(fd, part, where, path)
+                nfd = _step(fd, part, where, path, make)
                 os.close(fd)
                 fd = nfd
                 _check_above(fd, where, path)
-        return _open_last(fd, path, name, mode, todo, fix_mode)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return path, name, fd
 
 
 ELSEWHERE = "choose a place that only root or we can change"
 
 
-def _step(fd: int, part: str, where: str, path: str) -> int:
-    """The fd of directory `part` in fd, made 0700 when missing."""
+def _step(fd: int, part: str, where: str, path: str, make: bool = True) -> int:
+    """The fd of directory `part` in fd, made 0700 when missing (and `make`)."""
     try:
         try:
             nfd = os.open(part, STEP_FLAGS, dir_fd=fd)
         except FileNotFoundError:
+            if not make:
+                raise
             try:
                 os.mkdir(part, 0o700, dir_fd=fd)
             except FileExistsError:
@@ -150,11 +178,15 @@ def _check_above(fd: int, where: str, path: str) -> None:
 
 
 def _open_last(fd: int, path: str, name: str, mode: int, todo: str,
-               fix_mode: bool = True) -> Dir:
+               fix_mode: bool = True, owners: tuple[int, ...] = ()) -> Dir:
+    """`name` in fd, proved ours; made with `mode` when missing, unless `owners` (the
+    uids it may belong to; default our euid alone) is given: then it must exist."""
     try:
         try:
             dfd = os.open(name, DIR_FLAGS, dir_fd=fd)
         except FileNotFoundError:
+            if owners:
+                raise
             try:
                 os.mkdir(name, mode, dir_fd=fd)
             except FileExistsError:
@@ -169,8 +201,10 @@ def _open_last(fd: int, path: str, name: str, mode: int, todo: str,
             from None
     st = os.fstat(dfd)
     why = None
-    if st.st_uid != os.geteuid():
-        why = f"owned by {_who(st.st_uid)}, not {_who(os.geteuid())} (permission denied); {todo}"
+    owners = owners or (os.geteuid(),)
+    if st.st_uid not in owners:
+        whose = " or ".join(_who(u) for u in dict.fromkeys(owners))
+        why = f"owned by {_who(st.st_uid)}, not {whose} (permission denied); {todo}"
     elif st.st_mode & stat.S_ISVTX:    # /tmp, /var/tmp: shared, never ours to chmod
         why = f"a shared (sticky) directory, not a private one (permission denied); {ELSEWHERE}"
     elif not fix_mode and st.st_mode & 0o022:

@@ -30,8 +30,9 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from toolsrv.run.kernel import landlock
-from toolsrv.run.elevation import request_approval
-from toolsrv.run.kernel.idmap import Planner
+from toolsrv.run.elevation import reach, request_approval
+from toolsrv.dirs.layout import work_base
+from toolsrv.run.kernel.idmap import Planner, seclude
 from toolsrv.run.launcher import WARM_IDLE, Launcher, LauncherDied, LaunchHandle
 from toolsrv.run.ownscript import ScriptCache
 from toolsrv.run.init.wire import DEFAULT_PATH
@@ -53,14 +54,15 @@ class RunnerConfig(Record):
     rlimits: name -> value (soft = hard) among cpu, as, fsize, nofile, core, nproc, data,
     stack, memlock.  Without "cpu", each run gets ceil(timeout) + 1 CPU seconds."""
     FIELDS = ("timeout", "stdout_cap", "stderr_cap", "run_as", "rlimits", "tmp_base",
-              "approval_timeout", "bypass_socket", "namespaces", "run_limits", "warm")
+              "approval_timeout", "bypass_socket", "namespaces", "run_limits", "warm",
+              "hidden")
 
     def __init__(self, timeout: float = 30.0, stdout_cap: int = 10 * 2**20,
                  stderr_cap: int = 10 * 2**20, run_as: str | int | None = "nobody",
                  rlimits: dict[str, int] | None = None, tmp_base: str | None = None,
                  approval_timeout: float = 60.0, bypass_socket: str | None = None,
                  namespaces: bool = True, run_limits: dict | None = None,
-                 warm: bool = True) -> None:
+                 warm: bool = True, hidden: tuple[str, ...] = ()) -> None:
         self.timeout = timeout
         self.stdout_cap = stdout_cap
         self.stderr_cap = stderr_cap
@@ -68,14 +70,17 @@ class RunnerConfig(Record):
         self.rlimits: dict[str, int] = dict(DEFAULT_RLIMITS) if rlimits is None else rlimits
         self.tmp_base = tmp_base        # per-call dirs go here; default: default_tmp_base()
         self.approval_timeout = approval_timeout    # no answer from the broker in time means no
-        self.bypass_socket = bypass_socket  # used when the request's env has none
-                                            # (OLLIE_BYPASS_SOCKET)
+        self.bypass_socket = bypass_socket  # the approval broker's socket (unset: the
+        # server's $OLLIE_BYPASS_SOCKET); the server's alone, never in a tool's environment
         self.namespaces = namespaces    # PID/network namespaces where the kernel allows;
                                         # False: process groups
         # A cgroup per run where one may be made: {"pids": N, "memory": bytes} bound the
         # run as a whole ({"cgroups": False}: none); see toolsrv/run/kernel/cgroups.py.
         self.run_limits = dict(DEFAULT_RUN_LIMITS) if run_limits is None else run_limits
         self.warm = warm                # Python scripts start warm (toolsrv/run/init/warm.py)
+        # hidden from an elevated run, with the work base (/var/tmp/toolsrv.<euid>) and the
+        # scratch base, but for its own cwd and TMPDIR: other sessions' directories
+        self.hidden = hidden
 
 
 class RunRequest(Record):
@@ -270,8 +275,8 @@ class Runner:
                     ) -> tuple[str, dict, bytes | None] | None:
         """(kind, the request that makes an init warm) for a call that starts warm, with
         the script put in msg; None for a cold start (the reason is logged once)."""
-        if req.warm is None or not self.config.warm:
-            return None
+        if req.warm is None or not self.config.warm or req.elevated:
+            return None     # an elevated run's mounts are its own: never a warm kind's
         plan, why = req.warm(req.argv, msg["env"], req.cwd)
         if plan is not None and not self.launcher.pidns:  # its end needs kill(-1) from a
             why, plan = "no PID namespace per run here (a warm start needs one)", None
@@ -331,10 +336,15 @@ class Runner:
 
     async def _refusal(self, req: RunRequest) -> str | None:
         if req.elevated:
-            sock = req.env.get("OLLIE_BYPASS_SOCKET") or self.config.bypass_socket
+            uid = self._uid[0] if self._uid else os.geteuid()
+            try:
+                name = pwd.getpwuid(uid).pw_name
+            except KeyError:
+                name = "no name"
             ask = {"session": req.context.get("session"), "agent": req.context.get("agent"),
                    "tool": req.context.get("tool"), "args": req.context.get("args"),
-                   "cwd": req.cwd}
+                   "cwd": req.cwd, "reach": reach(uid, name)}
+            sock = self.config.bypass_socket or os.environ.get("OLLIE_BYPASS_SOCKET")
             ok, reason = await request_approval(sock, ask, self.config.approval_timeout)
             return None if ok else f"elevation denied (permission denied): {reason}"
         missing = missing_parts(req.profile, self.status, self.launcher.netns)
@@ -346,6 +356,7 @@ class Runner:
                        timeout: float) -> dict:
         env = {**policy.env, **req.env, "TMPDIR": tmpdir}
         env.setdefault("PATH", DEFAULT_PATH)
+        env.pop("OLLIE_BYPASS_SOCKET", None)   # the broker is the server's to ask, not a tool's
         cpu = self.config.rlimits.get("cpu", math.ceil(timeout) + 1)
         rules = None
         if not req.elevated and self.status.abi > 0:
@@ -360,6 +371,9 @@ class Runner:
         if self.planner is not None:  # the private TMPDIR is the tool uid's own already
             grants = [(p, a) for p, a in policy.paths if p != tmpdir]
             mounts = self.planner.plan(grants)
+        if req.elevated:    # it stays in its session: no other cwd or TMPDIR, no host /proc
+            mounts = seclude(mounts, [work_base(), self.scratch.base, *self.config.hidden],
+                             [req.cwd, tmpdir])
         return {"op": "spawn", "argv": list(req.argv), "env": env, "cwd": req.cwd,
                 "mounts": mounts,
                 "uid": uid[0] if uid else None, "gid": uid[1] if uid else None,

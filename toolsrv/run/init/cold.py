@@ -19,7 +19,9 @@
 #   unshare(CLONE_FS) + chdir     the tool's cwd
 #   setns(empty netns)            no-network profiles: no interface at all, UDP included
 #   a mount namespace             a root server: the grants its tools' uid cannot reach,
-#                                 idmapped (toolsrv/run/kernel/idmap.py)
+#                                 idmapped (toolsrv/run/kernel/idmap.py); an elevated
+#                                 run: the work and scratch bases hidden but for its own
+#                                 cwd and TMPDIR, and a /proc of its own
 #   setgroups/setresgid/setresuid raw syscalls: glibc's wrappers would change every thread
 #   Landlock restrict_self        sets no_new_privs first
 #   seccomp filter                no ptrace, process_vm_*, pidfd_getfd, kcmp; no set-id bits
@@ -161,12 +163,15 @@ def _confine_and_spawn(ctx: Context, msg: dict, fds: list[int], ruleset: int) ->
             check(setns(ctx.netns, CLONE_NEWNET))
         if msg.get("mounts"):
             step = "mounts"
-            if ctx.userns < 0:
+            mapped = [g[0] for g in msg["mounts"]["grants"] if g[3]]
+            if mapped and ctx.userns < 0:
                 raise OSError(errno.EPERM, f"tools run as uid {uid} cannot reach "
-                              f"{msg['mounts']['grants'][0][0]}, and no idmapped mount can "
+                              f"{mapped[0]}, and no idmapped mount can "
                               "be made here: serve with --run-as its owner, or grant a path "
                               "that uid can reach")
             idmap.apply(msg["mounts"], ctx.userns, uid)
+            if msg["mounts"].get("proc"):    # an elevated run: hidden bases, its own /proc
+                idmap.fresh_proc(ctx.pidns)
         if uid is not None:
             step = "uid"
             if _SYSNO is None:

@@ -39,7 +39,7 @@ import stat
 import time
 
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
-MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV = 0x4000, 0x40000, 0x2, 0x4
+MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x4000, 0x40000, 0x2, 0x4, 0x8
 AT_FDCWD, AT_EMPTY_PATH = -100, 0x1000
 OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC = 1, 0o2000000
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
@@ -157,6 +157,28 @@ def _under(path: str, top: str) -> bool:
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
+def seclude(plan: dict | None, hidden: list[str], keep: list[str]) -> dict:
+    """An elevated run's mounts (issue 44.2): `plan` (a root server's mapped grants, or
+    None), with every directory of `hidden` that exists (the work and scratch bases, where
+    every session's cwd and every run's TMPDIR lie) covered by an empty tmpfs, but for the
+    `keep` paths below one (the run's own cwd and TMPDIR), carried in; and "proc": a /proc
+    of the run's own (fresh_proc)."""
+    keep = [os.path.realpath(k) for k in keep]
+    covers = set(plan["covers"]) if plan else set()
+    hide = {os.path.realpath(h) for h in hidden if os.path.isdir(h)}
+    hide = {h for h in hide if not any(_under(h, k) for k in keep)}   # kept ones whole
+    covers |= hide
+    covers = {c for c in covers if not any(c != o and _under(c, o) for o in covers)}
+    grants = [g for g in (plan["grants"] if plan else [])
+              if not any(_under(g[0], h) for h in hide) or any(_under(g[0], k) for k in keep)]
+    have = {g[0] for g in grants}
+    for k in keep:
+        if k not in have and any(_under(k, c) for c in covers):
+            grants.append([k, True, True, False])
+    grants.sort(key=lambda g: (g[0].count("/"), g[0]))
+    return {"grants": grants, "covers": sorted(covers), "proc": True}
+
+
 def make_userns(uid: int, gid: int) -> int:
     """An fd on a user namespace whose map is root <-> uid, gid (for MOUNT_ATTR_IDMAP).
     A child enters a new user namespace and waits; we write its maps, keep a handle on
@@ -249,6 +271,17 @@ def apply(plan: dict, userns: int, uid: int) -> None:
     finally:
         for _, _, fd in clones:
             os.close(fd)
+
+
+def fresh_proc(pidns: bool) -> None:
+    """In the run's mount namespace: a /proc of its own PID namespace (its processes
+    only), or, without one, an empty tmpfs over /proc."""
+    ok = _libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) \
+        if pidns else _libc.mount(b"tmpfs", b"/proc", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                                  b"mode=0555,size=4k")
+    if ok:
+        err = ctypes.get_errno()
+        raise OSError(err, f"/proc of the run's own: {os.strerror(err)}")
 
 
 def _mount_point(path: str, isdir: bool) -> None:
