@@ -124,11 +124,12 @@ def peer_of(transport: Any) -> str:
     peer, local = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
     try:
         ip = ipaddress.ip_address(peer[0])
+        ends = (str(peer[0]), int(peer[1])), (str(local[0]), int(local[1]))
     except (TypeError, ValueError, IndexError):
         return "unknown"
     mapped = getattr(ip, "ipv4_mapped", None)
     if (mapped or ip).is_loopback:
-        uid = loopback_uid((str(peer[0]), int(peer[1])), (str(local[0]), int(local[1])))
+        uid = loopback_uid(*ends)
         return "loopback" if uid is None else f"uid {uid}"
     if ip.version == 6 and mapped is None:
         return f"host {ipaddress.ip_network(f'{ip}/64', strict=False)}"
