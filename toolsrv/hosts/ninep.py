@@ -19,6 +19,13 @@ next request, or LAZY_CLUNK seconds later, so a call wakes the remote once.
 Invariants: a tag is in `_waiting` from its send until its reply (or its flush's reply);
 a hang-up fails every waiting future with ConnectionError and every later request at
 once; Rerror raises NinePError(ename), the server's Plan 9 string as it was sent.
+
+Bounded by what we asked, never by what the server says: the msize is the smaller of
+ours and its Rversion's, and one below MIN_MSIZE is refused (`agreed_msize`); the framer
+refuses a frame past that msize from its first four bytes, so nothing is buffered past
+it; an Rread longer than its Tread's count, or an Rwrite counting more than was sent,
+breaks the connection (the server is not speaking 9P); an empty Rread is the end of the
+file.
 """
 from __future__ import annotations
 
@@ -29,14 +36,15 @@ from typing import Any
 
 from toolsrv.proto import (
     DMDIR, DMTMP, IOHDRSZ, MAXWELEM, NOFID, NOTAG, OREAD, ORDWR, OTRUNC, OWRITE, Framer, Malformed,
-    ProtocolError, Rerror, Tattach, Tauth, Tclunk, Tcreate, Tflush, Topen, Tread, Tremove,
-    Tversion, Twalk, Twrite, encode, replace,
+    ProtocolError, Rerror, Rread, Rwrite, Tattach, Tauth, Tclunk, Tcreate, Tflush, Topen, Tread,
+    Tremove, Tversion, Twalk, Twrite, encode, replace,
 )
 
 from ..errors import words
 from ..serve import dial
 
 MSIZE = 65536 + IOHDRSZ
+MIN_MSIZE = 256 + IOHDRSZ   # a server offering less is refused (reads of a few bytes each)
 LAZY_CLUNK = 0.1    # seconds a lazy clunk may wait for a request to go out with
 
 
@@ -66,6 +74,7 @@ class NineP(asyncio.Protocol):
         self._timer: Any = None             # ... or once LAZY_CLUNK has passed
         self.lost = asyncio.get_running_loop().create_future()   # set when it hangs up
         self.max_read: int | None = None    # bytes one file's read may bring; None: any
+        self._asked: dict[int, int] = {}    # tag -> the count of its Tread or Twrite
 
     # -- the connection --
     @classmethod
@@ -109,7 +118,7 @@ class NineP(asyncio.Protocol):
         r = await self._request(lambda tag: Tversion(NOTAG, MSIZE, "9P2000"), NOTAG)
         if getattr(r, "version", None) != "9P2000":
             raise NinePError(f"server speaks {getattr(r, 'version', r)!r}, not 9P2000")
-        self.msize = self.framer.msize = r.msize
+        self.msize = self.framer.msize = agreed_msize(r.msize)
         afid = NOFID
         if secret:
             from ..serve.auth import answer
@@ -132,6 +141,12 @@ class NineP(asyncio.Protocol):
             self.transport.close()
             return
         for m in msgs:
+            asked = self._asked.pop(m.tag, None)
+            wrong = past(m, asked) if asked is not None else ""
+            if wrong:
+                self._hangup(ConnectionError(f"broken reply from the server: {wrong}"))
+                self.transport.close()
+                return
             f = self._waiting.pop(m.tag, None)
             if m.tag != NOTAG:
                 self._free_tags.append(m.tag)
@@ -179,7 +194,12 @@ class NineP(asyncio.Protocol):
             f: asyncio.Future[Any] = loop.create_future()
             self._waiting[t] = f
             out.append((t, f))
-            data.append(encode(make(t)))
+            m = make(t)
+            if type(m) is Tread:
+                self._asked[t] = m.count
+            elif type(m) is Twrite:
+                self._asked[t] = len(m.data)
+            data.append(encode(m))
         self.transport.write(b"".join(data))
         return out
 
@@ -279,7 +299,7 @@ class NineP(asyncio.Protocol):
             offset += len(r.data)
             if self.max_read is not None and offset > self.max_read:
                 raise NinePError(f"file too large: more than {self.max_read} bytes")
-            if len(r.data) < self.msize - IOHDRSZ:     # short: the end (toolsrv(4))
+            if len(r.data) < self.msize - IOHDRSZ or not r.data:   # short: the end
                 return b"".join(out)
 
     async def _write_all(self, fid: int, data: bytes) -> None:
@@ -500,6 +520,24 @@ class NineP(asyncio.Protocol):
             await self.rpc(Tremove(0, fid))
         finally:
             self._free_fids.append(fid)        # Tremove clunks, whatever it answers
+
+
+def agreed_msize(theirs: int) -> int:
+    """A connection's msize: the smaller of ours and the server's Rversion's.  Raises
+    NinePError when the server's is below MIN_MSIZE."""
+    if theirs < MIN_MSIZE:
+        raise NinePError(f"the server's msize {theirs} is too small: toolsrv needs at "
+                         f"least {MIN_MSIZE} (invalid argument)")
+    return min(theirs, MSIZE)
+
+
+def past(m: Any, asked: int) -> str:
+    """What is wrong with reply `m` to a Tread or Twrite of `asked` bytes: "" if nothing."""
+    if type(m) is Rread and len(m.data) > asked:
+        return f"Rread of {len(m.data)} bytes for a Tread of {asked}"
+    if type(m) is Rwrite and m.count > asked:
+        return f"Rwrite of {m.count} bytes for a Twrite of {asked}"
+    return ""
 
 
 def nothing_answers(e: BaseException) -> bool:
