@@ -18,6 +18,8 @@ from py9p import OREAD, ORDWR, OWRITE, RemoteError, decode_dir
 
 from apphelpers import AppThread, add_tool, tools_dir
 from py9phelpers import _fids, agent, connect, rdwr, read
+from serverhelpers import Raw
+from toolsrv.proto import OWRITE as T_OWRITE, Tclunk, Topen, Twalk, Twrite
 
 GATED = """\
 #!/bin/sh
@@ -33,13 +35,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def srv():
     d = tools_dir()
     add_tool(d, "gated", GATED, {"readOnly": True})
+    add_tool(d, "patterned", GATED, {"readOnly": True, "args": {   # checked in a thread
+        "type": "object", "properties": {"w": {"type": "string", "pattern": "^a+$"}}}})
     app = AppThread([d], timeout=60).start()
     yield app
     app.cleanup()
 
 
-def _status(c: Any, base: str) -> bytes:
-    return read(c, f"{base}/tools/gated/status")
+def _status(c: Any, base: str, tool: str = "gated") -> bytes:
+    return read(c, f"{base}/tools/{tool}/status")
 
 
 def _wait(pred: Any, what: str) -> None:
@@ -166,6 +170,30 @@ def test_a_reader_handed_a_call_is_released_by_cancel(srv):
         rdwr(c, f"{base}/ctl", b"cancel gated")
         th.join(60)
         assert got == {"out": b""} and _status(c, base).startswith(b"killed")
+
+
+def test_a_writer_clunked_while_its_call_is_checked_still_hands_it_over(srv):
+    """A schema with a pattern is checked in a thread; a client that pipelines the clunk
+    behind its Twrite closes the fid before the call is made: the call still goes to the
+    first reader of out, on any connection."""
+    with connect(srv) as c:
+        base = agent(c, "w4", "a", "patterned")
+        raw = Raw(srv.addr)
+        raw.send(Twalk(1, 0, 1, tuple(f"{base}/tools/patterned/call".split("/"))),
+                 Topen(2, 1, T_OWRITE), Twrite(3, 1, 0, b'{"w": "aaa"}'), Tclunk(4, 1))
+        raw.recv(4)
+        _wait(lambda: _status(c, base, "patterned").startswith(b"running"), "never ran")
+        got: dict[str, bytes] = {}
+        th = threading.Thread(target=lambda: got.setdefault("out", read(
+            connect(srv), f"{base}/tools/patterned/out")), daemon=True)
+        th.start()
+        _wait(lambda: len(srv.call(lambda: srv.app.calls.latest(
+            srv.app.store.sessions["w4"].agents["a"])["patterned"].waiters)) == 1,
+            "cat out never waited")
+        open(_go(c, base), "w").close()
+        th.join(60)
+        assert got == {"out": b'got {"w": "aaa"}\n'}
+        raw.sk.close()
 
 
 def test_a_hang_up_while_a_read_of_call_waits_kills_the_run(srv):

@@ -262,6 +262,7 @@ class CallFile(Node):
     def clunk(self, fid: Any) -> None:
         """JSON left incomplete when the writer closes is reported, not lost; a call made
         here and never read here is handed over to the next reader of out or err."""
+        fid.aux["clunked"] = True   # (a call still being checked is made after this)
         call: Call | None = fid.aux.get("call")
         if call is not None:        # read here: nobody else waits; unread: anyone may
             if "read" in fid.aux:
@@ -328,7 +329,7 @@ def _made(fid: Any, call: Call) -> None:
     """The call this fid wrote: its out and err go to their first reader on this
     connection, while the fid is open (CallFile.clunk widens or ends that)."""
     fid.aux["call"] = call
-    call.handed, call.heir = True, fid.conn
+    call.handed, call.heir = True, None if "clunked" in fid.aux else fid.conn
 
 
 def _incomplete(buf: bytearray) -> str:
