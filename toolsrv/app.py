@@ -237,6 +237,8 @@ class App:
         self._lock_state(state)
         if self.runner is not None:
             self.runner.check()         # its scratch base, proved ours like the others
+            self.runner.config.hidden = (work.path,)   # the sessions' cwds: elevated runs
+            #                                            see only their own (doc/sandbox.md)
         self.registry = self._make_registry()
         await self.registry.start()
         self.store = SessionStore(state, work, tool_uid, self._check_profile,

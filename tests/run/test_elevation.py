@@ -471,3 +471,53 @@ def test_an_approved_elevated_run_sees_no_other_session_and_no_host_proc() -> No
         assert "other sessions' directories" in operator.asked[0]["reach"]
     finally:
         h.close()
+
+
+PEEK_TOOL = """#!/bin/sh
+other=$(sed 's/.*"other": *"\\([^"]*\\)".*/\\1/')
+echo "other: $(cat "$other/secret.txt" 2>&1)"
+echo "beside: $(ls "$(dirname "$PWD")" 2>&1 | tr '\\n' ' ')"
+echo "procs: $(ls /proc | grep -c '^[0-9]')"
+echo "own: $PWD"
+"""
+
+
+def test_an_elevated_call_through_the_server_stays_in_its_session(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """Issue 44.2 end to end (repro/round4/elevated_cross_session.sh): a server, `toolsrv
+    approve --allow peek`, two sessions with private cwds side by side; session B's
+    approved elevated call saw session A's cwd beside its own (the tools' uid owns both)
+    and read A's file.  Now nothing is beside its cwd."""
+    from apphelpers import AppThread, add_tool, tools_dir
+    from py9phelpers import agent, connect, rdwr, read
+    d = tools_dir()
+    add_tool(d, "peek", PEEK_TOOL)
+    ns = tmp_path / "broker"
+    ns.mkdir(mode=0o700)
+    sock = ns / "approve.sock"
+    broker = _approve(sock, "--allow", "peek")
+    monkeypatch.setenv("OLLIE_BYPASS_SOCKET", str(sock))
+    app = AppThread([d], timeout=10).start()
+    try:
+        with connect(app) as c:
+            agent(c, "sA", "a", "peek")
+            a_cwd = read(c, "session/sA/cwd").decode().strip()
+            secret = Path(a_cwd) / "secret.txt"
+            secret.write_text("session A's private file\n")
+            secret.chmod(0o600)
+            uid = app.app.runner.tool_uid()
+            if uid:
+                os.chown(secret, *uid)
+            b = agent(c, "sB", "b", "peek")
+            out = rdwr(c, b + "/tools/peek/call", json.dumps(
+                {"elevated": True, "other": a_cwd}).encode()).decode()
+            own = out.split("own: ")[1].split()[0]
+            assert "session A's private file" not in out and "other: cat: " in out, out
+            assert f"beside: {os.path.basename(own)} \n" in out, out   # its cwd alone
+            assert int(out.split("procs: ")[1].split()[0]) < 10, out
+            log = read(c, b + "/log").decode()
+            assert "elevated" in log
+    finally:
+        app.cleanup()
+        broker.terminate()
+        broker.wait(10)
