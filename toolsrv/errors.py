@@ -25,8 +25,8 @@ class P9Error(Exception):
     def __init__(self, ename: str, full: str | None = None) -> None:
         if full is None:
             full = getattr(ename, "full", None)     # jsonargs.fit's: the text before its cut
-        ename = _printable(" ".join(str(ename).split()))  # one line, no control chars
-        self.full = ename if full is None else _printable(" ".join(str(full).split()))
+        ename = printable(" ".join(str(ename).split()))  # one line, no control chars
+        self.full = ename if full is None else printable(" ".join(str(full).split()))
         if len(ename.encode()) >= ERRMAX:
             ename = shorten(ename, ERRMAX - 1)
         super().__init__(ename)
@@ -114,9 +114,11 @@ def _joined(words: list[str], gone: set[int]) -> str:
     return " ".join(out)
 
 
-def _printable(s: str) -> str:
-    """NUL cannot be sent at all (a 9P string holds none): control characters written out
-    (defuse's JOINER aside: it is toolsrv's own, and words() takes it out again)."""
+def printable(s: str) -> str:
+    """`s` with its control characters written out (\\x1b): NUL cannot be sent at all (a
+    9P string holds none), and text from elsewhere (a remote's description, name or error)
+    must not drive the terminal it is read in; defuse's JOINER aside: it is toolsrv's own,
+    and words() takes it out again."""
     if s.isprintable():
         return s
     return "".join(c if c.isprintable() or c == JOINER else f"\\x{ord(c):02x}" for c in s)

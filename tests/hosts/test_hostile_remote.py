@@ -1,7 +1,8 @@
-"""What a hostile remote host sends (issue 43, finding 8): its msize, its frames and its
-reads' lengths.  The remote is tests/hosts/hostile9p.py, a 9P server on a loopback port;
-the front a whole server on a thread, watched by the loop-lag probe.  Each test checks a
-bound the front keeps (bytes it took, requests it sent), never a time."""
+"""What a hostile remote host sends (issue 43, findings 8 and 9): its msize, its frames,
+its reads' lengths, and its words.  The remote is tests/hosts/hostile9p.py, a 9P server on
+a loopback port; the front a whole server on a thread, watched by the loop-lag probe.
+Each test checks a bound the front keeps (bytes it took, requests it sent, bytes it
+lists), never a time."""
 from __future__ import annotations
 
 import re
@@ -14,7 +15,9 @@ from toolsrv.hosts import ninep
 from apphelpers import AppThread, add_tool, tools_dir
 from serverhelpers import stop_clean
 from hostshelpers import wait_for
-from hostile9p import BIG, Hostile
+from hostile9p import BIG, ESC, Hostile
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 @pytest.fixture
@@ -79,3 +82,32 @@ def test_an_rread_longer_than_asked_breaks_the_connection(front, loop_probe):
         assert re.search(r"down: broken reply from the server: Rread of (\d+) bytes for a "
                          r"Tread of (\d+)", ctl(c))
         assert b"evil." not in c.read("tools/index")
+
+
+def test_a_remotes_words_reach_no_listing_with_their_control_bytes(front, loop_probe):
+    """Descriptions, rejected names and error strings of the remote's choosing: listed in
+    tools/index, tools/search and tools/errors, relayed in a call's error and the agent's
+    log, each with its control bytes written out (a terminal reading them ran them)."""
+    with Hostile("names") as h:
+        a, c = front(h.addr)
+        with loop_probe(a.addr):
+            assert wait_for(lambda: b"evil.ok_tool" in c.read("tools/index"))
+            index, errors = c.read("tools/index").decode(), c.read("tools/errors").decode()
+            search = c.rdwr("tools/search", b"hostile remote").decode()
+            c.mkdir("session/s")
+            c.mkdir("session/s/agent/a")
+            c.write("session/s/agent/a/ctl", b"tool_load evil.ok_tool\n")
+            with pytest.raises(Exception) as failed:
+                c.rdwr("session/s/agent/a/tools/evil.ok_tool/call", b"{}")
+            log = c.read("session/s/agent/a/log").decode()
+        listed = {"index": index, "search": search, "errors": errors, "log": log,
+                  "error": str(failed.value)}
+        for what, text in listed.items():
+            assert not CONTROL.search(text.replace("\n", "").replace("\t", "")), \
+                (what, text)
+        assert "evil.ok_tool\thot\tremote ok_tool \\x1b]0;owned\\x07\\x1b[2J\n" in index
+        assert "evil.x\\x00y\tat " in errors and "evil.err_tool\tat " in errors
+        assert "\\x1b[2Jmeta: " in errors
+        assert "\\x1b[2Jexit 3" in log and "boom" in str(failed.value)
+        assert '"file": "/' in c.read("tools/file_read/meta").decode()   # the local one
+        assert ESC not in ctl(c)

@@ -37,7 +37,7 @@ from .. import errors as E
 from ..record import Record
 from ..registry.names import NAME_MAX, valid_name
 from ..serve import dial
-from ..errors import P9Error, fit
+from ..errors import P9Error, fit, printable
 from .ninep import NineP, NinePError
 from .remote import MAX_TOOLS, BadRemoteTool, make
 
@@ -209,7 +209,7 @@ class Import:
     def _down(self, why: str) -> None:
         was_up = self.nine is not None
         self.nine, self.ntools = None, 0
-        self.why = " ".join(why.split())[:200]
+        self.why = printable(" ".join(why.split()))[:200]
         if was_up:
             log.warning("%s: lost %s: %s", self.spec.name, self.spec.addr, self.why)
         self.registry.serve_remote(self.source, {}, [

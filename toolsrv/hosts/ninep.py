@@ -40,7 +40,7 @@ from toolsrv.proto import (
     Tremove, Tversion, Twalk, Twrite, encode, replace,
 )
 
-from ..errors import words
+from ..errors import printable, words
 from ..serve import dial
 
 MSIZE = 65536 + IOHDRSZ
@@ -50,9 +50,12 @@ LAZY_CLUNK = 0.1    # seconds a lazy clunk may wait for a request to go out with
 
 class NinePError(Exception):
     """The server answered Rerror; str(e) is its error string as a person reads it (a
-    tool's words as the tool wrote them: errors.words), `ename` the string as sent."""
+    tool's words as the tool wrote them: errors.words), `ename` the string as sent, its
+    control characters written out (errors.printable: a remote's words are listed and
+    relayed, and must not drive a terminal)."""
 
     def __init__(self, ename: str) -> None:
+        ename = printable(ename)
         super().__init__(words(ename))
         self.ename = ename
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from .metafile import HINTS, default_args, validator_class
 from .schemaref import uses_regex, validator as schema_validator
+from ..errors import printable
 from ..record import Frozen, setfield
 from .variants import Host
 from . import warmstart
@@ -93,8 +94,9 @@ def resolve(name: str, tool_dir: str, cmd: str | None, host: Host, beside: bool 
 
 
 def one_line(s: str) -> str:
-    """`s` with line breaks and tabs turned into spaces (one line of an index file)."""
-    return s.replace("\r", " ").replace("\n", " ").replace("\t", " ")
+    """`s` as one line of a listing (tools/index, search, errors): line breaks and tabs
+    turned into spaces, other control characters written out (errors.printable)."""
+    return printable(s.replace("\r", " ").replace("\n", " ").replace("\t", " "))
 
 
 class Tool(Frozen):
