@@ -62,6 +62,11 @@ while True:
             diag("file://%s/other%d.py" % (root, i), 1, 50000)
             diag("file://%s/sub/../../x%d.py" % (root, i), 1, 50000)
         diag(m["params"]["textDocument"]["uri"], 2 * 1000, 5000)
+    elif meth == "initialized" and mode == "deaf":     # asks, and never reads again
+        for i in range(int(arg[0])):
+            send({"jsonrpc": "2.0", "id": 1000 + i, "method": "workspace/configuration",
+                  "params": {"items": [{}] * 100000}})
+        threading.Event().wait()
     elif meth == "textDocument/hover" and mode == "spam":
         for i in range(int(arg[0])):
             send({"jsonrpc": "2.0", "method": "window/logMessage",
@@ -87,6 +92,7 @@ while True:
 '''
 EVIL_TOOLS = {"evil_diag": ("diagnostics", "diag 200"),
               "evil_spam": ("hover", "spam 12"),
+              "evil_deaf": ("hover", "deaf 40"),
               "evil_rename": ("rename", "rename 40 4000000"),
               "evil_many": ("rename", f"rename {lspedit.MAX_EDITS + 1} 20000"),
               "evil_overlap": ("rename", "overlap"),
@@ -183,6 +189,19 @@ def test_a_server_past_its_byte_budget_is_ended_and_the_call_says_why(srv, monke
         in str(e.value)
     st = ag.c.read(f"{ag.base}/tools/evil_spam/status").decode().splitlines()
     assert "byte budget" in st[1], st
+
+
+def test_a_server_that_asks_and_never_reads_is_ended_and_the_call_says_why(srv, monkeypatch):
+    """Every request of a server is answered; one that never reads its stdin had the
+    answers (500 KB each to a configuration request of 100,000 items) queued in toolsrv
+    without end.  Past MAX_QUEUED (lowered to 8 MiB here) it is ended."""
+    monkeypatch.setattr(lspproto, "MAX_QUEUED", 8 * 2**20, raising=False)
+    ag = Agent(srv, "deaf", ["evil_deaf"])
+    ag.write({"a.py": "x = 1\n"})
+    with pytest.raises(ClientError) as e:
+        ag("evil_deaf", path="a.py", line=1, column=1)
+    assert "the language server does not read what toolsrv sends (over 8 MiB queued)" \
+        in str(e.value)
 
 
 def test_a_rename_at_the_end_of_a_4mb_file_does_not_stall_the_loop(srv, loop_probe):

@@ -21,7 +21,9 @@
 # a message is at most MAX_FRAME bytes and MAX_VALUES JSON values (counted in C before it
 # is parsed on the loop); from one call's start to the next the server may send MAX_SENT
 # bytes; the documents' text and the diagnostics held for it are at most MAX_HELD
-# characters.  Past any, the server is ended (Client.stop) and the call says why.
+# characters; what we send and it has not read, MAX_QUEUED bytes (its requests are answered
+# whether it reads or not).  Past any, the server is ended (Client.stop) and the call says
+# why.
 # Documents: `sync(path)` reads the file through the bridge (toolsrv/read, which answers
 # "unchanged" on an unchanged mtime and size; the text comes as base64, so the values of a
 # file's text are not counted as JSON values) and sends didOpen the first time, didChange
@@ -44,6 +46,7 @@ MAX_SENT = 256 * 2**20     # bytes a server may send from one call's start to th
 MAX_HELD = 256 * 2**20     # characters of documents and diagnostics held for one server
 MAX_DIAGNOSTICS = 1000     # diagnostics kept per document
 MAX_MESSAGE = 1000         # characters of a diagnostic's message (or source) kept
+MAX_QUEUED = 320 * 2**20   # bytes sent to a server and not yet read by it
 SPLIT = 2**20              # characters split into lines at once (one C call, ~10 ms)
 
 
@@ -249,6 +252,9 @@ class Client:
     # -- the wire --
     def _send(self, msg: dict[str, Any]) -> None:
         self.proc.send(frame(msg))
+        if getattr(self.proc, "queued", 0) > MAX_QUEUED:
+            self.stop(f"the language server does not read what toolsrv sends (over "
+                      f"{MAX_QUEUED >> 20} MiB queued)")
 
     def notify(self, method: str, params: Any) -> None:
         self._send({"jsonrpc": "2.0", "method": method, "params": params})

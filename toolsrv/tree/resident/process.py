@@ -111,6 +111,11 @@ class Process:
         return f"{why}: {last}" if last else why
 
     # -- stdin --
+    @property
+    def queued(self) -> int:
+        """Bytes sent and not yet taken by the process."""
+        return len(self._pending)
+
     def send(self, data: bytes) -> None:
         """Queue `data` for stdin; writes now what the pipe takes, the rest from the loop."""
         if self.handle.stdin < 0:
