@@ -22,9 +22,13 @@ which Tflushes it there: the remote kills its run (`kill` is a KillEvent, whose 
 cancels the forward itself: no task per call waits for it).
 
 Bounded: every wait on the remote (DIAL_TIMEOUT, LOAD_TIMEOUT; a call, whose timeout is
-the remote's, by CALL_BOUND), every read (MAX_READ bytes a file), the number of tools
-(remote.MAX_TOOLS).  The remote only
-ever sends metadata and answers: nothing it sends names a local file or a local command.
+the remote's, by CALL_BOUND), every read (MAX_READ bytes a file, remote.MAX_TEXT a tool's
+meta, schema or prompt), the msize (ninep.agreed_msize), the number of tools
+(remote.MAX_TOOLS) and what they keep in all (remote.Budget: past it, the rest of the
+index is left out, said in tools/errors).  The remote only
+ever sends metadata and answers: nothing it sends names a local file or a local command,
+and its words reach a listing with their control characters written out (errors.printable:
+resolve.one_line for tools/index, search and errors, NinePError for its error strings).
 """
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ from ..registry.names import NAME_MAX, valid_name
 from ..serve import dial
 from ..errors import P9Error, fit, printable
 from .ninep import NineP, NinePError
-from .remote import MAX_TOOLS, BadRemoteTool, make
+from .remote import MAX_TEXT, MAX_TOOLS, BadRemoteTool, Budget, make
 
 log = logging.getLogger("toolsrv.hosts")
 
@@ -268,21 +272,25 @@ class Import:
     async def _load(self, nine: NineP) -> None:
         index = (await nine.read("tools/index")).decode("utf-8", "replace")
         names = [line.split("\t", 1)[0] for line in index.splitlines() if line.strip()]
-        tools, errors = {}, []
+        tools, errors, budget = {}, [], Budget()
         if len(names) > MAX_TOOLS:
             errors.append((self.spec.name, f"serves {len(names)} tools: only the first "
                                            f"{MAX_TOOLS} are imported"))
             names = names[:MAX_TOOLS]
-        for n in names:
+        for i, n in enumerate(names):
             try:
                 if not valid_name(n):
                     raise BadRemoteTool(f"bad tool name {n[:40]!r}")
-                texts = await asyncio.gather(*(nine.read(f"tools/{n}/{f}")
+                texts = await asyncio.gather(*(nine.read(f"tools/{n}/{f}", MAX_TEXT)
                                                for f in ("meta", "schema", "prompt")))
                 t = make(self.spec.name, n, self, self.spec.addr, *texts)
-                tools[t.name] = t
             except (BadRemoteTool, NinePError) as e:
                 errors.append((f"{self.spec.name}.{n[:64]}", f"at {self.spec.addr}: {e}"))
+                continue
+            if not budget.take(t):
+                errors.append((self.spec.name, budget.left_out(n, len(names) - i - 1)))
+                break
+            tools[t.name] = t
         self.ntools, self.served = len(tools), tools
         self.registry.serve_remote(self.source, tools, errors)
 

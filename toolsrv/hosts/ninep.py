@@ -294,14 +294,14 @@ class NineP(asyncio.Protocol):
             raise NinePError(f"{path}: file not found")
         return fid
 
-    async def _read_all(self, fid: int, offset: int = 0) -> bytes:
-        out = []
+    async def _read_all(self, fid: int, offset: int = 0, most: int | None = None) -> bytes:
+        out, most = [], self.max_read if most is None else most
         while True:
             r = await self.rpc(Tread(0, fid, offset, self.msize - IOHDRSZ))
             out.append(r.data)
             offset += len(r.data)
-            if self.max_read is not None and offset > self.max_read:
-                raise NinePError(f"file too large: more than {self.max_read} bytes")
+            if most is not None and offset > most:
+                raise NinePError(f"file too large: more than {most} bytes")
             if len(r.data) < self.msize - IOHDRSZ or not r.data:   # short: the end
                 return b"".join(out)
 
@@ -314,9 +314,10 @@ class NineP(asyncio.Protocol):
                 return
 
     # -- the verbs the face uses --
-    async def read(self, path: str) -> bytes:
+    async def read(self, path: str, most: int | None = None) -> bytes:
         """A whole file: walk, open and the first read in one write (one round trip for
-        a file shorter than a read), then reads to the end."""
+        a file shorter than a read), then reads to the end; more than `most` bytes (default
+        max_read) is an error."""
         names = tuple(p for p in path.split("/") if p not in ("", "."))
         if len(names) > MAXWELEM:
             raise NinePError(f"{path}: too deep for one walk")
@@ -333,7 +334,7 @@ class NineP(asyncio.Protocol):
             first = replies[-1]
             if len(first.data) < chunk:
                 return bytes(first.data)
-            return bytes(first.data) + await self._read_all(fid, len(first.data))
+            return bytes(first.data) + await self._read_all(fid, len(first.data), most)
         finally:
             self._release(fid, replies, names)
 

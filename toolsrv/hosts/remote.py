@@ -10,8 +10,11 @@ sandbox name is taken from it (`extra` stays empty), and no path in it is opened
 schema is used as the local validator's input, which resolves no reference (jsonargs).
 
 Everything is checked and bounded before it is served: names (registry/names.py), each
-text's size (MAX_TEXT), and the fields' types; a tool that fails is left out and its
-reason is a tools/errors line.
+text's size (MAX_TEXT), the JSON values a tool keeps (MAX_NODES), and the fields' types;
+a tool that fails is left out and its reason is a tools/errors line.  Of the meta only the
+fields this host uses are kept (KEPT): the rest is in the served text alone, whose bytes
+count.  An import's tools together keep at most IMPORT_BYTES of text and IMPORT_NODES
+JSON values (`Budget`): a remote's `{}` is a few bytes on the wire and ~70 in memory.
 """
 from __future__ import annotations
 
@@ -23,7 +26,12 @@ from ..registry.names import NAME_MAX, valid_name
 from ..registry.resolve import Command, Tool
 
 MAX_TEXT = 1 << 20          # bytes of a remote tool's meta, schema or prompt
+MAX_NODES = 50_000          # JSON values of one tool's schema and kept meta fields
 MAX_TOOLS = 10000           # tools one import serves
+IMPORT_BYTES = 32 << 20     # bytes of the texts all of one import's tools keep
+IMPORT_NODES = 500_000      # JSON values all of one import's tools keep
+KEPT = ("description", "keywords", "tier", "readOnly", "resetsCounter", "cmd", "scope",
+        "outputFormat") + HINTS       # the meta fields a RemoteTool keeps (meta_json)
 TIERS = ("hot", "warm", "cold")
 
 
@@ -42,10 +50,50 @@ def local_name(prefix: str, tool: str) -> str:
 
 
 class RemoteTool(Tool):
-    """A Tool served by an import; `remote` is the import, `remote_name` its name there."""
+    """A Tool served by an import; `remote` is the import, `remote_name` its name there,
+    `cost` the (bytes, JSON values) it keeps."""
 
     def meta_json(self) -> dict[str, Any]:
-        return dict(self.__dict__["_meta"])
+        """The remote's meta as far as it is kept (KEPT), with the schema as `args`."""
+        return {**self.__dict__["_meta"], "args": self.schema}
+
+
+class Budget:
+    """What one load of an import's tools has kept so far, against IMPORT_BYTES and
+    IMPORT_NODES."""
+
+    def __init__(self) -> None:
+        self.bytes = self.nodes = 0
+        self.most = (IMPORT_BYTES, IMPORT_NODES)
+
+    def take(self, t: RemoteTool) -> bool:
+        """Count t in, or False (nothing counted) when it would pass either bound."""
+        b, n = t.cost
+        if self.bytes + b > self.most[0] or self.nodes + n > self.most[1]:
+            return False
+        self.bytes, self.nodes = self.bytes + b, self.nodes + n
+        return True
+
+    def left_out(self, tool: str, after: int) -> str:
+        """The tools/errors reason of the import when `tool`, and the `after` tools after
+        it in its index, are left out."""
+        return (f"its tools' metadata passes the import's budget of {self.most[0]} bytes "
+                f"and {self.most[1]} JSON values at {tool}: it and the {after} tools after "
+                "it are not imported")
+
+
+def nodes(value: Any, most: int) -> int:
+    """The JSON values in `value`, itself included (a key goes with its value); the
+    count stops once it passes `most`."""
+    n, todo = 0, [value]
+    while todo and n <= most:
+        v = todo.pop()
+        n += 1
+        if isinstance(v, dict):
+            todo.extend(v.values())
+        elif isinstance(v, list):
+            todo.extend(v)
+    return n
 
 
 def _str(meta: dict, key: str, default: str = "") -> str:
@@ -74,6 +122,10 @@ def make(prefix: str, tool: str, remote: Any, where: str, meta_text: bytes,
     if not isinstance(keywords, list) or not all(isinstance(k, str) for k in keywords):
         raise BadRemoteTool("meta field 'keywords' is not a list of strings")
     tier = _str(meta, "tier", "hot")
+    kept = {k: meta[k] for k in KEPT if k in meta}
+    cost = nodes(schema, MAX_NODES) + nodes(kept, MAX_NODES)
+    if cost > MAX_NODES:
+        raise BadRemoteTool(f"schema and meta hold more than {MAX_NODES} JSON values")
     t = object.__new__(RemoteTool)
     t.__dict__.update(
         name=name, file=f"{where} {tool}", dir="", description=_str(meta, "description"),
@@ -84,7 +136,8 @@ def make(prefix: str, tool: str, remote: Any, where: str, meta_text: bytes,
         resident=None, remote=remote, remote_name=tool, source=remote.source,
         meta_text=meta_text.decode("utf-8", "replace"),
         schema_text=schema_text.decode("utf-8", "replace"), prompt_text=prompt,
-        _meta={**meta, "name": name, "host": where}, hints=_hints(meta))
+        _meta={**kept, "name": name, "host": where}, hints=_hints(meta),
+        cost=(len(meta_text) + len(schema_text) + len(prompt_text), cost))
     return t
 
 
