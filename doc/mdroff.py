@@ -34,6 +34,14 @@ def inline(text: str) -> str:
     return "".join(out)
 
 
+def balanced(ln: str, tick: bool) -> tuple[str, bool]:
+    """A line of a paragraph or list item whose `code` span may run on to the next line
+    (`tick`: one is open at its start): the span closed at the line's end and opened again
+    at the next one's, so each line's marks are whole (no stray backticks in the page)."""
+    ln = "`" + ln if tick else ln
+    return (ln + "`", True) if ln.count("`") % 2 else (ln, False)
+
+
 def line_start(s: str) -> str:
     """A roff text line may not start with . or ' (a request): guard it."""
     return "\\&" + s if s[:1] in (".", "'") else s
@@ -43,7 +51,7 @@ def convert(md: str) -> str:
     out: list[str] = []
     lines = md.splitlines()
     i = 0
-    para = False
+    para = tick = False
     while i < len(lines):
         ln = lines[i]
         m = re.match(r"#\s+(\S+)\((\d)\)\s*$", ln)
@@ -69,17 +77,20 @@ def convert(md: str) -> str:
                 i += 1
             i -= 1
         elif re.match(r"\s*[-*] ", ln):
-            out += [".IP \\(bu 2", line_start(inline(re.sub(r"^\s*[-*] ", "", ln)))]
+            text, tick = balanced(re.sub(r"^\s*[-*] ", "", ln), False)
+            out += [".IP \\(bu 2", line_start(inline(text))]
             while i + 1 < len(lines) and lines[i + 1].startswith("  ") and lines[i + 1].strip():
                 i += 1
-                out.append(line_start(inline(lines[i].strip())))
+                text, tick = balanced(lines[i].strip(), tick)
+                out.append(line_start(inline(text)))
         elif not ln.strip():
             para = False
         else:
             if not para:
                 out.append(".PP")
-                para = True
-            out.append(line_start(inline(ln.strip())))
+                para, tick = True, False
+            text, tick = balanced(ln.strip(), tick)
+            out.append(line_start(inline(text)))
         if not ln.strip() or ln.startswith(("#", "```", "|")) or re.match(r"\s*[-*] ", ln):
             para = False
         i += 1

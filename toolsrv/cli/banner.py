@@ -14,17 +14,35 @@ TRY = "try"
 
 
 def _prog() -> str:
-    """How to type the command: `toolsrv`, or its path when it is not on $PATH (make run
-    starts .venv/bin/toolsrv without activating the venv): relative when it is below the
-    directory the server started in (the checkout's), absolute otherwise (a server started
-    from / or elsewhere: another terminal is not there)."""
+    """How to type the command: `toolsrv`, or its absolute path when it is not on $PATH
+    (make run starts .venv/bin/toolsrv without activating the venv): the lines are typed in
+    another terminal, which need not be in the directory the server started in."""
     argv0 = sys.argv[0] if sys.argv else ""
     if shutil.which("toolsrv") or os.path.basename(argv0) != "toolsrv":
         return "toolsrv"
-    path, here = os.path.abspath(argv0), os.getcwd()
-    if here != os.sep and path.startswith(here.rstrip(os.sep) + os.sep):
-        return os.path.relpath(path, here)
-    return path
+    return os.path.abspath(argv0)
+
+
+def _without_bundled(app: Any, dirs: list[str]) -> str | None:
+    """The line that says the bundled tools are left out of the tools path, and why."""
+    from .. import bundled
+    if bundled.TOOLS in dirs:
+        return None
+    why = "--tools is given" if getattr(getattr(app, "opts", None), "tools", None) \
+        is not None else "$OLLIE_TOOLS_PATH is set"
+    return (f"toolsrv: {why}, without the bundled tools (file_read, shell, ...): add "
+            f"{bundled.TOOLS} to it to serve them")
+
+
+def _no_cgroups(app: Any) -> str | None:
+    """What a server without a cgroup per run lacks, and the remedy."""
+    kind = str(getattr(getattr(app.runner, "launcher", None), "cgroups", ""))
+    if not kind.startswith("none"):
+        return None
+    return ("toolsrv: without a cgroup per run, one run's fork bomb or memory hog is bounded "
+            "only per process and per uid (RLIMIT_NPROC, shared by every run), not per run; "
+            "serve as root, or in a delegated cgroup (systemd-run --user --scope -p "
+            "Delegate=yes toolsrv serve): doc/sandbox.md")
 
 
 def search_mode() -> str:
@@ -57,12 +75,14 @@ def banner(app: Any) -> str:
              f"toolsrv: state in {state} (kept across restarts)" if state else
              "toolsrv: no state kept (--no-state)",
              f"toolsrv: {len(reg.tools)} tools loaded from {':'.join(getattr(reg, 'dirs', []))}",
+             *filter(None, [_without_bundled(app, list(getattr(reg, "dirs", [])))]),
              f"toolsrv: {len(errors)} in tools/errors"
              + (f" (see: {cmd('read', 'tools/errors')})" if errors else "")]
     if getattr(app, "searcher", None) is not None:
         lines.append(f"toolsrv: search: {search_mode()} (see: {cmd('search', 'read a file')})")
     if app.runner is not None and hasattr(app.runner, "summary"):
         lines.append(f"toolsrv: sandbox: {app.runner.summary()}")
+        lines += filter(None, [_no_cgroups(app)])
     lines.append("toolsrv: try, in another terminal (a session that `call` makes works in "
                  "the directory you call from; --cwd DIR to choose):")
     lines.append("  " + cmd("read", "tools/index"))

@@ -77,6 +77,8 @@ def build_parser(only: str | None = None,
                                           description="a 9P2000 server of tools for agents",
                                           epilog=_docs_line() if only is None else None,
                                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    from .. import __version__
+    ap.add_argument("--version", action="version", version=f"toolsrv {__version__}")
     sub = ap.add_subparsers(dest="verb", required=True)
     if only in (None, "serve"):
         _serve_parser(sub.add_parser("serve", help="run the server"))

@@ -65,8 +65,10 @@ class AgentFiles:
         """The agent file `name`, with qid path q."""
         a = d.a
         if name == "tools":
-            return AgentToolsDir("tools", q, d, lambda td: self._tool_dirs(td, d),
-                                 lambda td, n: self._tool_dir(td, d, n))
+            td = AgentToolsDir("tools", q, d, lambda td: self._tool_dirs(td, d),
+                               lambda td, n: self._tool_dir(td, d, n))
+            td.known = lambda n: self.calls.registry.get(n) is not None
+            return td
         if name == "ctl":
             return CtlFile("ctl", q, d, self.calls, a)
         if name == "log":
@@ -367,6 +369,7 @@ class AgentToolsDir(QuietDir):
         super().__init__(name, qpath, parent, entries)
         self._one = one
         self.kept: dict[str, Node] = {}     # the tool directories built, by name
+        self.known: Any = lambda name: True    # whether the registry serves a tool `name`
 
     def lookup(self, name: str) -> Node | None:
         return self._one(self, name)
@@ -374,6 +377,9 @@ class AgentToolsDir(QuietDir):
     def missing(self, name: str) -> str:
         """The Rerror of a walk to a tool directory that is not here (server._walk)."""
         a = getattr(self.parent, "a", None)
+        if (a is None or (a.alive and name not in a.loaded)) and not self.known(name):
+            return fit("", f"{name}: no such tool (tools/index lists them; tools/errors, "
+                       "the .meta files not served)", " (file not found)")
         if a is None or (a.alive and name not in a.loaded):
             return fit("", f'{name} is not loaded for this agent: write "tool_load {name}" '
                        "to its ctl", " (file not found)")

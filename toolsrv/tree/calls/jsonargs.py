@@ -131,11 +131,24 @@ def validate(tool: Any, args: dict) -> None:
         raise P9Error(fit("invalid args: ", f"the tool's schema: {why}")) from None
     if err is not None:
         where = error_path(err)
-        message = err.message
+        message = as_json(err.message, err.instance)
         if err.validator == "pattern" and isinstance(err.validator_value, str):
             # as the schema spells it ('\\S' in jsonschema's repr is the pattern \S)
             message = f"{err.instance!r} does not match the pattern {err.validator_value}"
         raise invalid((f"{where}: " if where else "") + message)
+
+
+def as_json(message: str, instance: Any) -> str:
+    """jsonschema's message with the value it begins with as JSON, when Python writes it
+    otherwise (`null is not of type 'string'`, not `None ...`; true, false, objects); a
+    string keeps jsonschema's quotes."""
+    lead = repr(instance)
+    if isinstance(instance, str) or not message.startswith(lead):
+        return message
+    try:
+        return json.dumps(instance, ensure_ascii=False) + message[len(lead):]
+    except (TypeError, ValueError):
+        return message
 
 
 def invalid(detail: str) -> P9Error:

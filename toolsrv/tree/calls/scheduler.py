@@ -147,6 +147,8 @@ def outcome(call: Call, limit: str = "") -> None:
         call.state = "exit"
         why = last_line(r.stderr, _progress) or last_line(r.stdout, _progress)
         head = f"exit {r.exit_code:d} (input/output error)"
+        if b"Traceback (most recent call last):" in r.stderr:   # a Python tool's exception
+            head += ", traceback in err"
         call.reason = f"{head}: {defuse(why)}" if why else head
         call.detail = f"{head}: {why}" if why else head
     else:
