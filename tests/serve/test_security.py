@@ -20,10 +20,7 @@ import tempfile
 
 import pytest
 
-from toolsrv.proto import (
-    DMDIR, NOTAG, QTAUTH, Framer, Rauth, Rerror, Tattach, Tauth, Tclunk, Tcreate, Tread,
-    Tversion, Twalk, Twrite,
-)
+from toolsrv.proto import DMDIR, Rerror, Tclunk, Tcreate, Twalk
 from toolsrv.serve import auth, dial
 from toolsrv.app import App, Options
 from toolsrv.serve.peers import descends_from
@@ -32,7 +29,7 @@ from toolsrv.errors import defuse
 from toolsrv.registry.names import valid_name
 
 from apphelpers import AppThread, add_tool, tools_dir
-from serverhelpers import MSIZE, Raw, stop_clean
+from serverhelpers import Raw, stop_clean
 
 NOBODY = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -247,41 +244,6 @@ def test_tcp_with_secret_requires_tauth(tools, caplog):
             del os.environ["TOOLSRV_SECRET_FILE"]
         with Client.connect(app.addr) as c:                 # the Unix socket needs no secret
             assert c.read("revision").strip().isdigit()
-    finally:
-        stop_clean(app)
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def test_tauth_exchange_on_the_wire(tools):
-    """The afid protocol itself: QTAUTH qid, challenge, answer bound to nonce and names."""
-    tmp = tempfile.mkdtemp(prefix="sec.", dir="/tmp")
-    path = secret_file(tmp)
-    secret = auth.load_secret(path)
-    app = _tcp_app(tools, path)
-    try:
-        sk = socket.create_connection(("127.0.0.1", tcp_port(app)), timeout=10)
-        raw = Raw.__new__(Raw)
-        raw.sk, raw.fr, raw.pending = sk, Framer(1 << 20), []
-        raw.ok(Tversion(NOTAG, MSIZE, "9P2000"))
-        r = raw.ok(Tauth(1, 7, "bob", ""))
-        assert type(r) is Rauth and r.aqid.type == QTAUTH
-        challenge = raw.ok(Tread(1, 7, 0, 256)).data
-        assert challenge.startswith(b"toolsrv-hmac-sha256 ")
-        # an answer for other names does not prove anything for bob
-        assert raw.rpc(Twrite(1, 7, 0, auth.answer(secret, challenge, "eve", ""))) == \
-            Rerror(1, auth.EAUTHFAIL)
-        assert raw.rpc(Tattach(1, 0, 7, "bob", "")) == Rerror(1, auth.EAUTHFAIL)
-        raw.ok(Twrite(1, 7, 0, auth.answer(secret, challenge, "bob", "")))
-        assert raw.rpc(Tattach(1, 0, 7, "eve", "")) == Rerror(1, auth.EAUTHFAIL)
-        raw.ok(Tattach(1, 0, 7, "bob", ""))
-        # a second afid gets a new nonce: the old answer is useless there (no replay)
-        raw.ok(Tauth(1, 8, "bob", ""))
-        challenge2 = raw.ok(Tread(1, 8, 0, 256)).data
-        assert challenge2 != challenge
-        assert raw.rpc(Twrite(1, 8, 0, auth.answer(secret, challenge, "bob", ""))) == \
-            Rerror(1, auth.EAUTHFAIL)
-        raw.ok(Tclunk(1, 8))
-        sk.close()
     finally:
         stop_clean(app)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -65,12 +65,17 @@ class Client:
             self.clunk(afid)
 
     def _authenticate(self, secret: bytes, uname: str, aname: str) -> int:
-        """Prove the shared secret on an afid (toolsrv/serve/auth.py); returns the afid."""
-        from ..serve.auth import answer
+        """Prove the shared secret on an afid, and have the server prove it too
+        (toolsrv/serve/auth.py); returns the afid.  Raises AuthError when the server
+        names another address than the one dialed, or does not prove the secret."""
+        from ..serve.auth import ClientProof, address_id, binding
+        proof = ClientProof(secret, uname, aname, address_id(self.sock.getpeername()),
+                            binding(getattr(self.sock, "ssl_object", None)))
         afid = self.newfid()
         self.rpc(Tauth(0, afid, uname, aname))
         challenge = self.rpc(Tread(0, afid, 0, 256)).data
-        self.rpc(Twrite(0, afid, 0, answer(secret, challenge, uname, aname)))
+        self.rpc(Twrite(0, afid, 0, proof.answer(challenge)))
+        proof.check(self.rpc(Tread(0, afid, 0, 256)).data)
         return afid
 
     @classmethod

@@ -122,16 +122,25 @@ class NineP(asyncio.Protocol):
         if getattr(r, "version", None) != "9P2000":
             raise NinePError(f"server speaks {getattr(r, 'version', r)!r}, not 9P2000")
         self.msize = self.framer.msize = agreed_msize(r.msize)
-        afid = NOFID
-        if secret:
-            from ..serve.auth import answer
-            afid = self.newfid()
-            await self.rpc(Tauth(0, afid, uname, ""))
-            challenge = (await self.rpc(Tread(0, afid, 0, 256))).data
-            await self.rpc(Twrite(0, afid, 0, answer(secret, challenge, uname, "")))
+        afid = await self._authenticate(uname, secret) if secret else NOFID
         await self.rpc(Tattach(0, 0, afid, uname, ""))
         if afid != NOFID:
             self.clunk_nowait(afid)
+
+    async def _authenticate(self, uname: str, secret: bytes) -> int:
+        """Prove the shared secret on an afid, and have the server prove it too
+        (serve/auth.py); returns the afid.  Raises AuthError (a ValueError) when the
+        server names another address than the one dialed, or does not prove the secret."""
+        from ..serve.auth import ClientProof, address_id, binding
+        t = self.transport
+        proof = ClientProof(secret, uname, "", address_id(t.get_extra_info("peername")),
+                            binding(t.get_extra_info("ssl_object")))
+        afid = self.newfid()
+        await self.rpc(Tauth(0, afid, uname, ""))
+        challenge = (await self.rpc(Tread(0, afid, 0, 256))).data
+        await self.rpc(Twrite(0, afid, 0, proof.answer(challenge)))
+        proof.check((await self.rpc(Tread(0, afid, 0, 256))).data)
+        return afid
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport

@@ -114,12 +114,15 @@ class Conn:
     """One client connection's 9P state: fids, in-flight tags, msize."""
 
     def __init__(self, fs: Any, send: Callable[[Any], None], config: ServerConfig,
-                 name: str = "c", on_msize: Callable[[int], None] | None = None) -> None:
+                 name: str = "c", on_msize: Callable[[int], None] | None = None,
+                 link: Any = None) -> None:
         self.fs = fs                  # has .attach(uname, aname, conn) -> Node
         self.send = send              # writes one reply message
         self.config = config
         self.name = name
         self.on_msize = on_msize
+        self.link = link              # the transport's side, for Tauth: .channel(), .end()
+        self.afids: set[int] = set()  # the auth fids held (auth.py: at most MAX_AFIDS)
         self.msize = 0                # 0: Tversion not yet accepted
         self.fids: dict[int, Fid] = {}
         self.inflight: dict[int, Req] = {}
@@ -276,6 +279,8 @@ class Conn:
     def _clunk_node(self, fid: Fid) -> None:
         self.held -= fid.held
         fid.held = 0
+        if self.afids:
+            self.afids.discard(fid.num)
         try:
             fid.node.clunk(fid)
         except Exception:
@@ -329,8 +334,9 @@ class Conn:
         if self.config.auth is None:
             raise P9Error(E.ENOAUTH)
         self._newfid(m.afid)
-        node = self.config.auth.node(m.uname, m.aname)
+        node = self.config.auth.node(m.uname, m.aname, self.link, len(self.afids))
         self.fids[m.afid] = Fid(m.afid, node, uname=m.uname, omode=ORDWR)
+        self.afids.add(m.afid)
         return Rauth(m.tag, node.qid())
 
     def _attach(self, m: Tattach) -> Rattach:

@@ -159,7 +159,8 @@ def no_answer(where: str) -> TLSError:
 
 class TLSSocket:
     """TLS over a connected blocking socket, safe for one reader thread and many writers.
-    Has what cli/client.py uses of a socket: sendall, recv, settimeout, shutdown, close."""
+    Has what cli/client.py uses of a socket: sendall, recv, settimeout, shutdown, close,
+    getpeername, and the SSL object."""
 
     def __init__(self, sock: socket.socket, ctx: Any, host: str, where: str,
                  timeout: float | None = None) -> None:
@@ -197,6 +198,14 @@ class TLSSocket:
     @property
     def peercert(self) -> dict | None:
         return self.obj.getpeercert()
+
+    @property
+    def ssl_object(self) -> Any:
+        """The SSL object, for the channel binding (auth.binding)."""
+        return self.obj
+
+    def getpeername(self) -> Any:
+        return self.sock.getpeername()
 
     def _flush(self) -> None:
         with self._wlock:

@@ -16,7 +16,8 @@ does:
   the buffer, and at most `max_inflight` blocked replies.
 
 What closes a connection: a frame whose framing is broken (the codec's ProtocolError),
-a partial frame stalled longer than `frame_timeout`, a refused client once its first
+a partial frame stalled longer than `frame_timeout`, a failed answer to Tauth's challenge
+once its Rerror is written (auth.py), a refused client once its first
 request is answered (or REFUSED_LINGER seconds without one), and the peer's hang-up.  A
 frame that is sound but whose content is bad (a `Malformed`) is answered with Rerror and
 the connection goes on.
@@ -167,7 +168,7 @@ class NinePProtocol(asyncio.Protocol):
             self._arm(REFUSED_LINGER)
             return
         self.framer = Framer(self.config.msize)
-        self.conn = Conn(self.fs, self._send, self.config, name, self._set_msize)
+        self.conn = Conn(self.fs, self._send, self.config, name, self._set_msize, self)
         self.conns.add(self)
         log.debug("%s: connected: %s", name, self.peer)
 
@@ -294,6 +295,20 @@ class NinePProtocol(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+    def channel(self) -> tuple[str, bytes]:
+        """For Tauth (auth.py): the address the peer reached us at, and the TLS binding."""
+        from .auth import address_id, binding
+        assert self.transport is not None
+        return (address_id(self.transport.get_extra_info("sockname")),
+                binding(self.transport.get_extra_info("ssl_object")))
+
+    def end(self) -> None:
+        """Hang up once the replies so far are written (a failed authentication): nothing
+        queued behind is handled, nothing more is read."""
+        self.queue.clear()
+        self._pause_reading()
+        asyncio.get_running_loop().call_soon(self.close)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
