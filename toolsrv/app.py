@@ -57,7 +57,7 @@ class Options(Record):
               "max_conns", "max_conns_per_peer", "max_fids", "max_inflight", "max_held",
               "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args", "warm",
               "max_run_memory", "max_run_pids", "max_warm_memory",
-              "tls_cert", "tls_key", "tls_client_ca", "imports",
+              "tls_cert", "tls_key", "tls_client_ca", "imports", "import_own_secret",
               "max_runs_per_session", "max_runs_per_agent", "max_output")
 
     def __init__(self, addrs: list[str] | None = None, tools: list[str] | None = None,
@@ -73,7 +73,7 @@ class Options(Record):
                  max_run_pids: int = 4096, max_warm_memory: int | None = None,
                  tls_cert: str | None = None,
                  tls_key: str | None = None, tls_client_ca: str | None = None,
-                 imports: list[str] | None = None,
+                 imports: list[str] | None = None, import_own_secret: bool = False,
                  max_runs_per_session: int | None = None,
                  max_runs_per_agent: int | None = None, max_output: int = 10 << 20) -> None:
         self.addrs: list[str] = [] if addrs is None else addrs  # dial strings; empty: default
@@ -113,6 +113,7 @@ class Options(Record):
         self.tls_key = tls_key
         self.tls_client_ca = tls_client_ca  # mutual TLS: clients show a cert it signed
         self.imports: list[str] = [] if imports is None else imports   # NAME=ADDR[,...]
+        self.import_own_secret = import_own_secret   # an import may prove auth_secret
         # fair shares of max_runs (tree/calls/slots.py); None: half of max_runs, half of that
         self.max_runs_per_session = max_runs_per_session
         self.max_runs_per_agent = max_runs_per_agent
@@ -130,6 +131,31 @@ def default_tools_path() -> list[str]:
     if env:
         return [p for p in env.split(":") if p]
     return [os.path.expanduser("~/.config/ollie/tools"), BUNDLED_TOOLS]
+
+
+def _refuse_own_secret(specs: list[Any], own: bytes) -> None:
+    """Raise ValueError when an import would prove this server's own --auth-secret: a
+    --import's secret= file, or $TOOLSRV_SECRET_FILE (what hosts/ctl's imports and a
+    --import without secret= prove).  A remote that holds the secret could speak for this
+    server's clients wherever it is accepted (SECURITY.md).  A file that cannot be read
+    proves nothing: its import fails when dialled, saying why."""
+    import hmac
+    from .serve.auth import load_secret
+    env = os.environ.get("TOOLSRV_SECRET_FILE")
+    named = [(f"--import {s.name}: secret={s.secret}", s.secret) for s in specs if s.secret]
+    if env:
+        named.append((f"$TOOLSRV_SECRET_FILE ({env}), which imports prove when they name no "
+                      "secret=,", env))
+    for what, path in named:
+        try:
+            same = hmac.compare_digest(load_secret(path), own)
+        except (OSError, ValueError):
+            continue
+        if same:
+            raise ValueError(f"{what} holds this server's own --auth-secret: a remote that "
+                             "knows it may speak for this server's clients; give each "
+                             "remote a secret of its own (doc/hosts.md), or pass "
+                             "--import-own-secret to allow it")
 
 
 def raise_fd_limit() -> None:
@@ -228,6 +254,8 @@ class App:
         if opts.imports:
             from .hosts.imports import Spec
             specs = [Spec.parse(i) for i in opts.imports]     # ValueError: a bad --import
+        if tcp_config.auth is not None and not opts.import_own_secret:
+            _refuse_own_secret(specs, tcp_config.auth.secret)
         self.runner, tool_uid = self._make_runner()
         state = self._state_dir()
         work = work_dir(state, tool_uid,         # proves the state directory ours, too

@@ -131,6 +131,10 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                          action="append", default=[], help="serve the tools of the toolsrv "
                          "at ADDR as NAME.TOOL, its calls run there (repeatable; "
                          "doc/hosts.md)")),
+    (("--import-own-secret",), dict(action="store_true", help="let an import prove this "
+                                    "server's own --auth-secret (refused by default: a "
+                                    "remote holding it may speak for this server's clients; "
+                                    "give each remote a secret of its own)")),
     *[((flag,), dict(type=typ, default=default, help=f"{what} (default {default})",
                      group=_LIMITS)) for flag, typ, default, what in [
         ("--max-conns", int, 512, "connections, server-wide"),
@@ -202,7 +206,7 @@ def serve_options(args: Any) -> Any:
                    max_run_memory=args.max_run_memory, max_run_pids=args.max_run_pids,
                    max_warm_memory=args.max_warm_memory, tls_cert=args.tls_cert,
                    tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
-                   imports=args.imports,
+                   imports=args.imports, import_own_secret=args.import_own_secret,
                    max_runs_per_session=args.max_runs_per_session,
                    max_runs_per_agent=args.max_runs_per_agent,
                    max_output=args.max_output)
