@@ -22,7 +22,8 @@ file is written whole (a temporary file, then a rename), the profile first.  It 
 what it wrote.  Every name and string the MCP server chose is printed with repr's escapes
 (no control character reaches the terminal).  A schema with a `$ref` outside itself is
 written, with a note: toolsrv never fetches such a ref and lists the tool in tools/errors
-(registry/schemaref.py).
+(registry/schemaref.py).  A schema that costs too much to apply (its refs expanding past
+registry/schemacost.py's bound, or too many values in it) is not written, with a note.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ import sys
 from typing import Any
 
 from ..registry.metafile import MAX_META_BYTES, MetaError, check_schema, parse_meta
+from ..registry.schemacost import cost_refusal
 from ..registry.schemaref import REASON, outside_refs, ref_loop
 from ..registry.names import NAME_MAX, valid_name
 from ..tree.resident.mcp import Client, MCPError
@@ -226,6 +228,10 @@ def plan(args: argparse.Namespace, tools: list[dict]) -> tuple[list[tuple[str, d
             notes.append(f"tool {mcp_name!r}: args: $refs loop without end ("
                          f"{' -> '.join(loop)}); toolsrv lists {name} in tools/errors until "
                          "its schema is fixed")
+        cost = cost_refusal(schema)
+        if cost:
+            notes.append(f"tool {mcp_name!r}: not written: args: {cost}")
+            continue
         kind = schema.get("type", "object")
         if kind != "object" and not (isinstance(kind, list) and "object" in kind):
             raise ImportError_(f"{mcp_name}.inputSchema.type: must be \"object\", not "

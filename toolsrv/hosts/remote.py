@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..registry.metafile import HINTS
+from ..registry.metafile import HINTS, MetaError, check_args
 from ..registry.names import NAME_MAX, valid_name
 from ..registry.resolve import Command, Tool
 
@@ -118,6 +118,10 @@ def make(prefix: str, tool: str, remote: Any, where: str, meta_text: bytes,
         raise BadRemoteTool(f"unreadable meta or schema: {str(e)[:80]}") from None
     if not isinstance(meta, dict) or not isinstance(schema, dict):
         raise BadRemoteTool("meta and schema must be JSON objects")
+    try:
+        check_args(schema, "schema")    # as a local tool's args are: draft, refs, cost
+    except MetaError as e:
+        raise BadRemoteTool(str(e)) from None
     keywords = meta.get("keywords", [])
     if not isinstance(keywords, list) or not all(isinstance(k, str) for k in keywords):
         raise BadRemoteTool("meta field 'keywords' is not a list of strings")

@@ -6,7 +6,8 @@
 # (residentmeta.py its `resident` field, metaerror.py the error they raise),
 # variants.py picks its variant for this host, resolve.py resolves the command; watch.py
 # sees changes (inotify, else polling); names.py holds the name rule that tools,
-# sessions and agents share; schemaref.py a schema's refs (nothing fetched);
+# sessions and agents share; schemaref.py a schema's refs (nothing fetched) and the
+# budgets of a validation, schemacost.py what a schema costs (bounded at load);
 # warmstart.py which calls start warm; search.py, fusion.py and semantic.py discovery
 # (BM25, the semantic ranker's model, their fusion).
 #

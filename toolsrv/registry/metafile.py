@@ -21,7 +21,9 @@ schema (the 2020-12 meta-schema is dynamic-ref heavy), far too slow for thousand
 so `_surely_valid` first walks the schema with the meta-schema's rules for the common
 keywords.  It only ever answers "surely valid" or "don't know"; on "don't know" (an
 unhandled keyword, or anything that looks wrong) jsonschema decides and words the error,
-and its verdicts are memoised by the schema's canonical text.
+and its verdicts are memoised by the schema's canonical text.  What a schema costs each
+call is bounded here too (schemacost.py: its nodes, and its subschemas with every `$ref`
+expanded), for `args` and `outputSchema` alike.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any
 from ..record import Frozen, Record, setfield
 from .metaerror import MetaError, json_kind
 from .residentmeta import LSP_OPS, check_resident  # noqa: F401  (LSP_OPS: said here too)
+from .schemacost import cost_refusal
 from .schemaref import REASON, outside_refs, ref_loop
 
 MAX_META_BYTES = 1 << 20
@@ -156,7 +159,10 @@ def _cmd(v: Any, where: str) -> str:
     return cmd
 
 
-def _args(v: Any, where: str) -> dict[str, Any]:
+def check_args(v: Any, where: str = "args") -> dict[str, Any]:
+    """`args`, checked: a JSON Schema of an object, valid for its draft, its refs inside it,
+    without a loop, its cost within schemacost's bounds; else MetaError (tools/errors).
+    A remote host's tools get the same (hosts/remote.py)."""
     if not isinstance(v, dict):
         raise MetaError(f"{where}: must be an object (a JSON Schema), not {json_kind(v)}")
     check_schema(v, where)
@@ -174,6 +180,9 @@ def _output_schema(v: Any, where: str) -> dict[str, Any]:
     if not isinstance(v, dict):
         raise MetaError(f"{where}: must be an object (a JSON Schema), not {json_kind(v)}")
     check_schema(v, where)
+    cost = cost_refusal(v)
+    if cost:
+        raise MetaError(f"{where}: {cost}")
     if v.get("type") != "object":
         raise MetaError(f'{where}.type: must be "object" (MCP\'s structured content is '
                         f"one JSON object), not {json.dumps(v.get('type'))}")
@@ -181,7 +190,7 @@ def _output_schema(v: Any, where: str) -> dict[str, Any]:
 
 
 _CHECKERS: dict[str, Callable[[Any, str], Any]] = {
-    "description": _text, "prompt": _text, "keywords": _keywords, "args": _args,
+    "description": _text, "prompt": _text, "keywords": _keywords, "args": check_args,
     "tier": _tier, "cmd": _cmd, "scope": _string, "outputFormat": _string,
     "resetsCounter": _boolean, "readOnly": _boolean, "resident": check_resident,
     "title": _string, "destructive": _boolean, "idempotent": _boolean,
@@ -374,7 +383,8 @@ _verdicts: dict[str, str | None] = {}
 
 def check_refs(schema: dict[str, Any], where: str = "args") -> None:
     """Raise MetaError naming the first `$ref` that would not resolve inside the schema
-    (toolsrv never fetches one: schemaref.py)."""
+    (toolsrv never fetches one: schemaref.py), a loop of refs, or a cost past the bounds
+    (schemacost.py: its node and path counts)."""
     outside = outside_refs(schema)
     if outside:
         raise MetaError(f"{where}: $ref to {outside[0]} {REASON}")
@@ -382,6 +392,9 @@ def check_refs(schema: dict[str, Any], where: str = "args") -> None:
     if loop:
         raise MetaError(f"{where}: $refs loop without end: {' -> '.join(loop)} (validation "
                         "would never finish; break the loop)")
+    cost = cost_refusal(schema)
+    if cost:
+        raise MetaError(f"{where}: {cost}")
 
 
 def draft_key(uri: str) -> str:
