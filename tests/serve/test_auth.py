@@ -353,4 +353,3 @@ def test_a_wrong_secret_is_refused_by_the_real_server(tools, secret_path):
                            timeout=20)
     finally:
         stop_clean(a)
-
