@@ -217,7 +217,7 @@ class Runner:
         timeout = req.timeout or req.profile.timeout or self.config.timeout
         res = RunResult(timeout_used=timeout)
         await self.launcher.ensure()
-        refusal = await self._refusal(req)
+        refusal = await self._denial(req)
         if refusal:
             res.error, res.duration = refusal, time.monotonic() - t0
             return res
@@ -334,7 +334,7 @@ class Runner:
                              f"for {WARM_RETRY - (now - when):.0f} s more")
         return "\n".join(lines) + "\n"
 
-    async def _refusal(self, req: RunRequest) -> str | None:
+    async def _denial(self, req: RunRequest) -> str | None:
         if req.elevated:
             uid = self._uid[0] if self._uid else os.geteuid()
             try:
@@ -470,7 +470,7 @@ class Runner:
         (argv, env, cwd) -> argv replaces the command once its environment is known (what
         it raises, but OSError or ValueError, goes to the caller)."""
         await self.launcher.ensure()
-        refusal = await self._refusal(req)
+        refusal = await self._denial(req)
         if refusal:
             return None, refusal
         try:
