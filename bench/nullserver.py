@@ -14,11 +14,14 @@ from typing import Any
 
 from toolsrv.cli import command as cli
 from toolsrv import app as appmod
-from toolsrv.run.runner import RunResult
+from toolsrv.run.runner import RunnerConfig, RunResult
 
 
 class NullRunner:
     """The Runner interface, without processes."""
+
+    def __init__(self) -> None:
+        self.config = RunnerConfig()    # the app sets config.hidden; residents read it
 
     async def start(self) -> None:
         return None
