@@ -453,11 +453,11 @@ class Conn:
             raise P9Error(E.ENOTDIR)
         self._check_mode(bool(m.perm & DMDIR), m.mode)   # a failed create makes nothing
         if not valid_name(m.name):
-            raise P9Error(f"{E.EBADNAME}: use letters, digits, '.', '_', '-' (1 to 128; not "
-                          f". or ..), not {m.name!r}")
+            raise P9Error(f"illegal file name: use letters, digits, '.', '_', '-' (1 to 128; "
+                          f"not . or ..), not {m.name!r}")
         if node.lookup(m.name) is not None:
-            raise P9Error(f"{E.EEXIST}: {_path(node, m.name)}: toolsrv rm it (and all in it) "
-                          "first, or choose another name")
+            raise P9Error(f"file already exists: {_path(node, m.name)}: toolsrv rm it (and all "
+                          "in it) first, or choose another name")
         if self.config.guard is not None:
             self.config.guard(node, "create")
         new = node.create(m.name, m.perm, m.mode, fid)
@@ -596,6 +596,5 @@ class Conn:
 __all__ = ["Conn", "ServerConfig", "DEFAULT_MSIZE", "MAXWELEM"]
 
 
-def _path(node: Node, name: str) -> str:
-    """`name` in directory `node`, as a path from the root (session/demo)."""
+def _path(node: Node, name: str) -> str:      # `name` in `node`, from the root: session/demo
     return name if node.parent is node else _path(node.parent, f"{node.name}/{name}")
