@@ -26,6 +26,10 @@ of the budget `bounded()` sets around one validation (PATTERN_BUDGET in all), an
 PatternTooSlow once it is spent.  A validation that can run a regex (`uses_regex`) runs
 in a thread (tree/calls/apply.py), where regex releases the GIL while it matches: forty
 calls at once each spend their budget there, and the loop serves everyone meanwhile.
+Every keyword a validator applies is one step, and `bounded(steps)` allows so many
+(STEP_BUDGET unless said), then raises StepsSpent: what a schema costs grows with its
+refs (bounded at load: schemacost.py) and, through a recursive schema, with the args; the
+step budget bounds both, whatever the schema.
 """
 from __future__ import annotations
 
@@ -78,6 +82,7 @@ def validator(schema: Any, cls: Any = None) -> Any:
 
 
 PATTERN_BUDGET = 0.25   # seconds of regex matching one validation may spend, in all
+STEP_BUDGET = 200_000   # keywords one validation may apply, in all (1 to 3 s of a core)
 
 
 class PatternTooSlow(Exception):
@@ -88,18 +93,28 @@ class PatternTooSlow(Exception):
         self.pattern = pattern
 
 
-_local = threading.local()    # .deadline: the budget's end, while bounded() runs (per thread)
+class StepsSpent(Exception):
+    """A validation applied more keywords than its step budget (bounded's `steps`)."""
+
+
+_local = threading.local()    # .deadline, .steps: the budget's end and [steps left],
+                              # while bounded() runs (per thread)
 
 
 class bounded:
-    """`with bounded():` one validation: its regexes share PATTERN_BUDGET."""
+    """`with bounded():` one validation: its regexes share PATTERN_BUDGET, and it may apply
+    `steps` keywords (STEP_BUDGET unless said), past which StepsSpent is raised."""
+
+    def __init__(self, steps: int = STEP_BUDGET) -> None:
+        self.steps = steps
 
     def __enter__(self) -> None:
-        self.outer = getattr(_local, "deadline", None)
+        self.outer = getattr(_local, "deadline", None), getattr(_local, "steps", None)
         _local.deadline = time.monotonic() + PATTERN_BUDGET
+        _local.steps = [self.steps]
 
     def __exit__(self, *exc: Any) -> None:
-        _local.deadline = self.outer
+        _local.deadline, _local.steps = self.outer
 
 
 class _BoundedRe:
@@ -135,7 +150,10 @@ _classes: dict[Any, Any] = {}
 
 
 def _bounded_class(cls: Any) -> Any:
-    """cls with uniqueItems linear, and jsonschema's modules given _BoundedRe (once)."""
+    """cls with uniqueItems linear, every keyword counted against the step budget, and
+    jsonschema's modules given _BoundedRe (once).  jsonschema's `validator_for`, which
+    picks the class for a subschema that names its own `$schema`, is made to answer with
+    such a class too, or that subschema's keywords would go uncounted."""
     got = _classes.get(cls)
     if got is None:
         import jsonschema._keywords
@@ -145,9 +163,32 @@ def _bounded_class(cls: Any) -> Any:
         for module in (jsonschema._keywords, jsonschema._legacy_keywords, jsonschema._utils):
             if getattr(module, "re", None) is re:   # a jsonschema that searches with re
                 module.re = _BoundedRe()            # type: ignore[attr-defined]
-        got = _classes[cls] = jv.extend(cls, {"uniqueItems": _unique_items}) \
-            if "uniqueItems" in cls.VALIDATORS else cls
+        if not _classes:
+            jv.validator_for = _bounded_for(jv.validator_for)
+        keywords = dict(cls.VALIDATORS)
+        if "uniqueItems" in keywords:
+            keywords["uniqueItems"] = _unique_items
+        got = _classes[cls] = jv.extend(cls, {k: _counted(f) for k, f in keywords.items()})
+        _classes[got] = got
     return got
+
+
+def _bounded_for(validator_for: Any) -> Any:
+    def bounded_for(schema: Any, *default: Any, **kw: Any) -> Any:
+        return _bounded_class(validator_for(schema, *default, **kw))
+    return bounded_for
+
+
+def _counted(keyword: Any) -> Any:
+    """keyword, applying which spends one step of bounded()'s budget (none outside it)."""
+    def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        left = getattr(_local, "steps", None)
+        if left is not None:
+            left[0] -= 1
+            if left[0] < 0:
+                raise StepsSpent()
+        return keyword(validator, value, instance, schema)
+    return counted
 
 
 def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Any:

@@ -9,9 +9,10 @@ checks the object against the tool's schema with jsonschema and words the
 first error as `invalid args: <path>: <reason> (invalid argument)`, which
 9pfuse maps to EINVAL: the path and reason quote the args and the schema, so any of
 9pfuse's words in them that would outrank "argument" is defused (errors.defuse).  A
-validation is bounded (schemaref: regexes share a budget, uniqueItems is linear); one
-that still cannot finish (a pattern past its budget, recursion without end) is an
-`invalid args` that says so, never an internal error.  Compiled validators are cached per schema object; `validator`
+validation is bounded (schemaref: regexes share a budget, uniqueItems is linear, and it
+applies at most STEP_BUDGET keywords); one that still cannot finish (a pattern or the
+steps past their budget, recursion without end) is an `invalid args` that says so, never
+an internal error.  Compiled validators are cached per schema object; `validator`
 is the one way any schema becomes a validator (refs resolve only inside the schema).
 """
 from __future__ import annotations
@@ -22,8 +23,8 @@ from typing import Any
 
 
 from ...errors import P9Error, fit, quoting
-from ...registry.schemaref import PATTERN_BUDGET, PatternTooSlow, bounded, unresolved, \
-    validator as schema_validator
+from ...registry.schemaref import PATTERN_BUDGET, STEP_BUDGET, PatternTooSlow, StepsSpent, \
+    bounded, unresolved, validator as schema_validator
 
 _LITERALS = ("true", "false", "null")
 _NUMBER_TAIL = re.compile(r"-?[0-9]*\.?[0-9]*(?:[eE][-+]?[0-9]*)?\s*\Z")
@@ -105,14 +106,16 @@ def error_path(err: Any) -> str:
     return out
 
 
-def validate(tool: Any, args: dict) -> None:
+def validate(tool: Any, args: dict, steps: int = STEP_BUDGET) -> None:
     """Raise P9Error naming the failing field when args do not fit the tool's schema.
 
     Uses the tool's own compiled validator (the registry builds it for the
-    draft the schema declares), or compiles one for a bare schema."""
+    draft the schema declares), or compiles one for a bare schema.  The check may apply
+    `steps` keywords: past STEP_BUDGET the args are refused; given fewer, StepsSpent is
+    raised for the caller to check again with the whole budget (off its loop)."""
     v = getattr(tool, "validator", None) or validator(tool.schema)
     try:
-        with bounded():
+        with bounded(steps):
             if v.is_valid(args):
                 return
             from jsonschema.exceptions import best_match
@@ -120,6 +123,11 @@ def validate(tool: Any, args: dict) -> None:
     except PatternTooSlow as e:
         raise invalid(f"pattern {e.pattern!r} ran over {PATTERN_BUDGET:g} s on these args; "
                       "nothing was called") from None
+    except StepsSpent:
+        if steps < STEP_BUDGET:
+            raise
+        raise P9Error(fit("invalid args: ", f"over {STEP_BUDGET:,} steps to check them "
+                          "against the schema (its budget); nothing was called")) from None
     except RecursionError:
         raise P9Error(fit("invalid args: ", "the schema could not be applied: it recurses "
                           "without end on these args (nested too deeply, or a $ref "
