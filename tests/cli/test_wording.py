@@ -117,3 +117,21 @@ def test_the_man_pages_have_no_stray_backticks(page):
     assert "`" not in text
     if page == "toolsrv.1":
         assert "OLLIE_BYPASS_SOCKET" in text and "\\-\\-version" in text
+
+
+def test_the_banner_says_what_no_cgroup_per_run_costs_and_the_remedy():
+    from types import SimpleNamespace
+    from toolsrv.cli.banner import banner
+    reg = SimpleNamespace(errors_text=lambda: "", tools={}, dirs=[bundled.TOOLS])
+    runner = SimpleNamespace(summary=lambda: "per-run cgroup: none (cgroup v2: Permission "
+                             "denied)", launcher=SimpleNamespace(cgroups="none"))
+    app = SimpleNamespace(registry=reg, addrs=["unix!/tmp/x/toolsrv"], runner=runner)
+    lines = banner(app).splitlines()
+    assert lines[lines.index("toolsrv: sandbox: per-run cgroup: none (cgroup v2: Permission "
+                             "denied)") + 1] == (
+        "toolsrv: without a cgroup per run, one run's fork bomb or memory hog is bounded only "
+        "per process and per uid (RLIMIT_NPROC, shared by every run), not per run; serve as "
+        "root, or in a delegated cgroup (systemd-run --user --scope -p Delegate=yes toolsrv "
+        "serve): doc/sandbox.md")
+    runner.launcher.cgroups = "v2"
+    assert not any("without a cgroup" in ln for ln in banner(app).splitlines())
