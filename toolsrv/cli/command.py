@@ -171,8 +171,8 @@ def _mcp_parser(m: argparse.ArgumentParser) -> None:
                    help="HTTP sessions open at once at most (default 32)")
     m.add_argument("--no-standalone", action="store_true", help="fail when nothing answers "
                    "at ADDR instead of serving in process")
-    m.add_argument("--uvloop", action="store_true", help="run on uvloop (pip install "
-                   "'toolsrv[fast]'; also TOOLSRV_UVLOOP=1)")
+    m.add_argument("--uvloop", action="store_true", help="run on uvloop (the fast "
+                   "extra; also TOOLSRV_UVLOOP=1)")
     m.add_argument("--config", nargs="?", const="claude", choices=("claude", "cursor",
                    "vscode"), help="print the JSON for an MCP client's configuration that "
                    "starts this toolsrv mcp (absolute path, -a ADDR, the options given): "

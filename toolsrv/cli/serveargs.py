@@ -159,8 +159,8 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                                   "as PSS, their standby children included (default an "
                                   "eighth of --max-run-memory, at most 256M)")),
     (("--mount",), dict(metavar="DIR", help="mount with 9pfuse on start, unmount on exit")),
-    (("--uvloop",), dict(action="store_true", help="run on uvloop (pip install "
-                         "'toolsrv[fast]'; also TOOLSRV_UVLOOP=1)")),
+    (("--uvloop",), dict(action="store_true", help="run on uvloop (the fast "
+                         "extra; also TOOLSRV_UVLOOP=1)")),
 ]
 
 
