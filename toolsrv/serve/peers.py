@@ -72,9 +72,11 @@ class Internal:
     def serve_with(self, factory: Any, config: Any) -> None:
         self.factory, self.config = factory, config
 
-    async def connect(self, session: str, agent: str) -> socket.socket:
-        """A socket connected to this server, scoped to that agent.  The caller closes it."""
-        config = replace(self.config, guard=AgentScope(session, agent))
+    async def connect(self, session: str, agent: str, call: Any = None) -> socket.socket:
+        """A socket connected to this server, scoped to that agent; the calls written
+        through it are children of `call`, the run it is given to (tree/calls/nested.py).
+        The caller closes it."""
+        config = replace(self.config, guard=AgentScope(session, agent, call))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             await asyncio.get_running_loop().connect_accepted_socket(self.factory(config), ours)

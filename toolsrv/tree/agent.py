@@ -229,7 +229,8 @@ class CallFile(Node):
         del fid.aux["argbuf"]
         if state == "invalid":
             self._refuse(P9Error(fit("invalid args: ", val)))
-        got = d.calls.begin(d.a, d.tool, val)
+        scope = getattr(getattr(fid.conn, "config", None), "guard", None)
+        got = d.calls.begin(d.a, d.tool, val, getattr(scope, "parent", None))
         if not inspect.isawaitable(got):
             _made(fid, got)
             return len(data)

@@ -7,6 +7,8 @@ own sandbox.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import P9Error, fit
 from .node import Node
 
@@ -30,8 +32,9 @@ class AgentScope:
     a model cannot use the server to widen its own sandbox.
     """
 
-    def __init__(self, session: str, agent: str) -> None:
+    def __init__(self, session: str, agent: str, parent: Any = None) -> None:
         self.session, self.agent = session, agent
+        self.parent = parent    # the Call whose run holds the connection: its calls' parent
 
     def __call__(self, node: Node, op: str) -> None:
         p = node_path(node)

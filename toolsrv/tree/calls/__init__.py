@@ -5,7 +5,8 @@
 # hands them to the runner or to a resident process; slots.py the fair run slots the
 # scheduler waits on; apply.py Calls, the agent's view of them (apply a ctl command,
 # begin a call, the schemas file), given what it needs by the App; timebound.py a
-# .meta timeoutArg bounded by the call's time limit in the schema served and checked.
+# .meta timeoutArg bounded by the call's time limit in the schema served and checked;
+# nested.py the rules of a call made by a running call (its turn, slot, time and end).
 #
 # May import: tree/state/, tree/resident/, registry/, run/, dirs/, errors, record.  Never
 # the namespace modules of tree/ (node, root, sessiondirs, agent...), serve/, app or cli/.

@@ -16,7 +16,7 @@ import concurrent.futures
 import json
 from typing import Any, Awaitable
 
-from . import ctl, timebound
+from . import ctl, nested, timebound
 from .scheduler import Call, Scheduler, invalid_call
 from ...errors import P9Error, fit
 from .jsonargs import take_elevated, validate
@@ -111,35 +111,41 @@ class Calls:
         self.sched.residents.drop(a, [self.registry.get(n) for n in names], why)
 
     # -- call --
-    def begin(self, a: Agent, tool_name: str, args: Any) -> Call | Awaitable[Call]:
+    def begin(self, a: Agent, tool_name: str, args: Any,
+              parent: Call | None = None) -> Call | Awaitable[Call]:
         """Validate args and start the call, or raise the Rerror for the writer.  A check
         that can run a regex, or that takes more than LOOP_STEPS keywords, is made (again)
         in a thread with its whole budget (schemaref: regex, steps), and then this is an
-        awaitable of the Call."""
+        awaitable of the Call.  `parent`: the running call whose connection wrote it,
+        whose child it is (nested.py)."""
         tool = self.registry.get(tool_name)
         if tool is None or tool_name not in a.loaded:
             raise P9Error(f"no such tool: {tool_name}")
+        if parent is not None and (parent.done.is_set() or parent.agent is not a):
+            parent = None           # its run is over (or another agent's): a call of its own
         try:
             if not isinstance(args, dict):
                 raise P9Error(fit("invalid args: ", "must be a JSON object"))
             elevated = take_elevated(args)
+            if parent is not None:
+                nested.check(parent, tool_name, args)
             slow = getattr(tool, "runs_regex", None)   # a registry Tool's, worked out once
             if slow is None:
                 slow = uses_regex(tool.schema)
             if slow:
-                return self._begin_checked(a, tool_name, tool, args, elevated)
+                return self._begin_checked(a, tool_name, tool, args, elevated, parent)
             try:
                 validate(tool, args, LOOP_STEPS)
             except StepsSpent:
-                return self._begin_checked(a, tool_name, tool, args, elevated)
+                return self._begin_checked(a, tool_name, tool, args, elevated, parent)
             timebound.check(tool, args, timebound.limit(tool, a.session.sandbox, self.timeout))
         except P9Error as e:
             self._refused(a, tool_name, args, e)
             raise
-        return self._start(a, tool_name, tool, args, elevated)
+        return self._start(a, tool_name, tool, args, elevated, parent)
 
     async def _begin_checked(self, a: Agent, tool_name: str, tool: Any, args: dict,
-                             elevated: bool) -> Call:
+                             elevated: bool, parent: Call | None) -> Call:
         try:
             await asyncio.get_running_loop().run_in_executor(_checks(), validate, tool, args)
             if self.registry.get(tool_name) is not tool or tool_name not in a.loaded:
@@ -149,22 +155,27 @@ class Calls:
         except P9Error as e:
             self._refused(a, tool_name, args, e)
             raise
-        return self._start(a, tool_name, tool, args, elevated)
+        return self._start(a, tool_name, tool, args, elevated, parent)
 
     def _refused(self, a: Agent, tool_name: str, args: Any, e: P9Error) -> None:
         self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
         a.note(f"call {tool_name} {_short(args)} -> {e.full}")
 
-    def _start(self, a: Agent, tool_name: str, tool: Any, args: dict, elevated: bool) -> Call:
+    def _start(self, a: Agent, tool_name: str, tool: Any, args: dict, elevated: bool,
+               parent: Call | None = None) -> Call:
         text = _to_json(args)       # the log line's, and the tool's stdin
         c = Call(tool_name, a, args, elevated)
         try:
             c.stdin = text.encode()
         except UnicodeEncodeError:       # a lone surrogate ("\ud800"): stdin escapes it
             c.stdin = json.dumps(args).encode()
+        if parent is not None and not parent.done.is_set():
+            nested.started(parent, c)
         self.sched.start(c, tool, a.session.sandbox)
         self.latest(a)[tool_name] = c
-        a.note(f"call {tool_name} {_clip(text)}{' elevated' if elevated else ''} -> started")
+        child = f" (child of {parent.tool})" if c.parent is not None else ""
+        a.note(f"call {tool_name}{child} {_clip(text)}{' elevated' if elevated else ''} "
+               "-> started")
         return c
 
     async def close(self) -> None:

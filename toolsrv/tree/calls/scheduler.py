@@ -10,7 +10,10 @@ them; other calls of one agent also take the agent's lock, so they run one
 at a time in the order they were written (asyncio.Lock is FIFO).  Slots are
 shared fairly (slots.py): a session, and an agent within it, holds at most
 its share, and a freed slot goes to the waiting call whose session holds the
-fewest.  A call waiting for a slot or the lock is `queued`.  Killing (flush of the reading fid, `cancel`,
+fewest.  A call written through the connection of a running call is its child
+(nested.py): it takes its turn and its slot under its parent's, never waiting for what
+an ancestor holds, and ends with it.  A call waiting for a slot or the lock is `queued`.
+Killing (flush of the reading fid, `cancel`,
 `tool_unload`, removal of the agent or session, shutdown) cancels the task,
 and the runner kills the run's whole PID namespace (SIGKILL to its init) before the task
 ends.  A call
@@ -37,6 +40,7 @@ from ...run.runner import RunRequest
 from ...run.sandbox import load_profile
 from ..resident.manager import COLD, Residents
 from ..state.sessions import Agent
+from . import nested
 from .slots import FairSlots
 
 log = logging.getLogger("toolsrv.calls")
@@ -73,6 +77,11 @@ class Call(Plain):
         self.handed = False     # its first reader of out or err waits for it (tree/agent.py),
         self.heir: Any = None   # on this connection (None: any)
         self.live: Live | None = None   # its output so far while it runs (run/live.py)
+        self.parent: Call | None = None     # the running call that wrote it (nested.py)
+        self.children: list[Call] = []      # its own nested calls not yet ended
+        self.turn: asyncio.Lock | None = None   # its children's turns, while it holds one
+        self.lend: asyncio.Lock | None = None   # its slot, lent to one child at a time
+        self.deadline: float | None = None  # when its time limit ends its run
 
     @property
     def stdout(self) -> bytes:
@@ -169,7 +178,8 @@ class Scheduler:
                  per_session: int | None = None, per_agent: int | None = None) -> None:
         self.runner = runner
         self.registry = registry
-        self.connect = connect     # async () -> socket connected to this server, or None
+        self.connect = connect     # async (session, agent, call) -> socket connected to
+                                   # this server, scoped to the agent, or None
         self.slots = FairSlots(max_runs, per_session, per_agent)   # slots.py
         self.max_queued = max_queued
         self.addr = addr
@@ -191,8 +201,8 @@ class Scheduler:
             if tool.read_only:
                 await self._slot_run(call, tool, profile_name)
             else:
-                lock = a.extra.setdefault("lock", asyncio.Lock())   # lives with the agent
-                async with lock:
+                async with nested.turn(call):     # the agent's lock, or a parent's turn
+                    call.turn = asyncio.Lock()
                     await self._slot_run(call, tool, profile_name)
         except asyncio.CancelledError:
             if call.result is None:
@@ -214,6 +224,7 @@ class Scheduler:
             call.state, call.reason = "killed", E.ECANCELLED   # never started
         call.duration = time.monotonic() - call.started
         self.live.discard(call)
+        nested.ended(call, self.stop)
         call.done.set()
         waiters, call.waiters = call.waiters, []
         for fn in waiters:       # readers of the result: answered now, not a loop turn later
@@ -226,10 +237,11 @@ class Scheduler:
             line = line.replace(call.reason or "", call.detail, 1)
         elif call.reason and call.state != "invalid":
             line += f": {call.detail or call.reason}"
-        call.agent.note(f"call {call.tool} -> {line}")
+        child = f" (child of {call.parent.tool})" if call.parent is not None else ""
+        call.agent.note(f"call {call.tool}{child} -> {line}")
 
     async def _slot_run(self, call: Call, tool: Any, profile_name: str) -> None:
-        async with self.slots.hold(call.agent.session.name, call.agent.name):
+        async with nested.slot(self.slots, call):
             remote = getattr(tool, "remote", None)
             if remote is not None:      # another host's tool (toolsrv/hosts): run there
                 await remote.run_call(call, tool)   # sets the outcome; nothing runs here
@@ -247,8 +259,11 @@ class Scheduler:
                    "TOOLSRV_ADDR": self.addr}
             conn = None
             if getattr(profile, "toolsrv", False) and self.connect is not None:
-                conn = await self.connect(s.name, call.agent.name)
+                conn = await self.connect(s.name, call.agent.name, call)
                 env["TOOLSRV_FD"] = "3"
+            own = getattr(profile, "timeout", None) or getattr(
+                getattr(self.runner, "config", None), "timeout", None) or 30.0
+            seconds, cut = nested.limit(call, own)
             try:
                 req = RunRequest(argv=list(tool.command.argv),
                                  stdin=call.stdin if call.stdin is not None else
@@ -256,12 +271,13 @@ class Scheduler:
                                  profile=profile, tool_dir=tool.dir, elevated=call.elevated,
                                  context={"session": s.name, "agent": call.agent.name,
                                           "tool": call.tool, "args": call.args, "cwd": s.cwd},
-                                 kill=call.kill,
+                                 kill=call.kill, timeout=seconds if cut else None,
                                  extra_fds=(conn.fileno(),) if conn is not None else (),
                                  warm=None if (getattr(tool, "extra", None) or {}).get(
                                      "warm") is False else warmstart.plan)
                 call.state = "running"
                 call.started = time.monotonic()
+                call.deadline = call.started + seconds
                 call.live = req.context["live"] = Live()
                 how = COLD
                 if getattr(tool, "resident", None):
@@ -273,7 +289,7 @@ class Scheduler:
             finally:
                 if conn is not None:
                     conn.close()
-            outcome(call, limit_source(profile))
+            outcome(call, cut or limit_source(profile))
 
     def stop(self, call: Call) -> None:
         """End one call: a running one is killed and keeps what it printed; a queued
@@ -282,6 +298,8 @@ class Scheduler:
             call.kill.set()
         elif call.task is not None:
             call.task.cancel()
+        for c in list(call.children):      # and its nested calls (nested.py, rule 5)
+            self.stop(c)
 
     def stop_agent(self, agent: Agent, tools: set[str] | None = None) -> int:
         """Stop the agent's queued and running calls (of `tools`, or all); how many."""

@@ -111,6 +111,18 @@ class FairSlots:
         finally:
             self._release(session, agent)
 
+    def take(self, session: str, agent: str) -> bool:
+        """A slot at once when one is free for (session, agent), else False and nothing
+        held: a nested call's first try (nested.py).  give_back returns it."""
+        if not self._fits(session, agent):
+            return False
+        self._grant(session, agent)
+        return True
+
+    def give_back(self, session: str, agent: str) -> None:
+        """Return a slot `take` gave."""
+        self._release(session, agent)
+
     def held(self, session: str) -> int:
         """The slots `session` holds now."""
         return self.sessions.get(session, 0)
