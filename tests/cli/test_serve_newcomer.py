@@ -64,3 +64,20 @@ def test_connections_are_logged_under_v_only(home, verbose):
         out = stopped(s)
     seen = [w for w in (": connected: ", "attach: conn ", ": hung up") if w in out]
     assert seen == ([": connected: ", "attach: conn ", ": hung up"] if verbose else []), out
+
+
+def test_a_tcp_address_served_already_is_said_first(home):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tcp = f"tcp!127.0.0.1!{port}"
+    first = ServeProcess(home, ["--no-warm", "-a", tcp], "first.log")
+    try:
+        p = serve(home, "-a", tcp, "--no-warm")
+        assert p.returncode == 1
+        assert p.stderr.strip().splitlines()[-1] == (   # after the warning: no secret
+            f"toolsrv: {tcp}: address already in use: a server listens there; stop it, or "
+            "serve this one at another address (-a tcp!HOST!PORT)"), p.stderr
+    finally:
+        stopped(first)

@@ -330,10 +330,21 @@ class AddressInUse(Exception):
 
 
 def check_free(addr: Addr) -> None:
-    """Raise AddressInUse when something answers at a unix! address already, naming its
-    pid and the fix: the server checks before it takes its state directory, so a clash
-    is said first (the state's lock would be refused with advice that then fails here)."""
-    if addr.kind != "unix" or not os.path.lexists(addr.path):
+    """Raise AddressInUse when something answers at an address already, naming the fix
+    (and, at a unix! one, its pid): the server checks before it takes its state directory,
+    so a clash is said first (the state's lock would be refused with advice that then fails
+    here)."""
+    if addr.kind != "unix":
+        try:
+            if addr.port:
+                socket.create_connection((addr.host, addr.port), timeout=2).close()
+                raise AddressInUse(f"{addr}: address already in use: a server listens "
+                                   "there; stop it, or serve this one at another address "
+                                   "(-a tcp!HOST!PORT)")
+        except OSError:
+            pass                # nothing there, or not reachable: listen() says
+        return
+    if not os.path.lexists(addr.path):
         return
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
