@@ -182,7 +182,7 @@ def test_a_client_that_sends_nothing_is_hung_up_on_after_the_handshake_bound(
 
 
 def test_mutual_tls_names_the_peer_by_its_certificate(tools, certs, caplog):
-    caplog.set_level(logging.INFO, logger="toolsrv.transport")
+    caplog.set_level(logging.DEBUG, logger="toolsrv.transport")   # serve -v logs who connects
     a = tls_app(tools, certs, tls_client_ca=certs.pem("ca"))
     try:
         with Client.connect(tls_addr(a), tls=trusting(certs, "client"), timeout=20) as c:
