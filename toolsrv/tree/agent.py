@@ -53,7 +53,7 @@ class AgentFiles:
     """The agent directory's files (the root's agent_files hook): NAMES, and entry to
     build one; what they do is asked of Calls."""
 
-    NAMES: tuple[str, ...] = ("ctl", "log", "schemas", "tools")   # an agent's files
+    NAMES: tuple[str, ...] = ("ctl", "log", "schemas", "tools", "tools.py")   # its files
 
     def __init__(self, calls: Calls, searcher: Any = None) -> None:
         self.calls = calls
@@ -80,6 +80,10 @@ class AgentFiles:
 
         def schemas() -> bytes:       # its own key: loads, a tool changed, the sandbox
             return json_text(self.calls.schemas(a))
+        if name == "tools.py":
+            def module() -> bytes:    # as schemas, from the same: its key moves with them
+                return self.calls.module(a).encode()
+            return TextFile("tools.py", q, d, module, quiet_remove=True, changes=schemas)
         return TextFile("schemas", q, d, schemas, quiet_remove=True, changes=schemas)
 
     def _tool_dirs(self, td: AgentToolsDir, d: AgentDir) -> list[Node]:

@@ -16,7 +16,7 @@ import concurrent.futures
 import json
 from typing import Any, Awaitable
 
-from . import ctl, nested, timebound
+from . import ctl, nested, timebound, toolspy
 from .scheduler import Call, Scheduler, invalid_call
 from ...errors import P9Error, fit
 from .jsonargs import take_elevated, validate
@@ -54,6 +54,14 @@ class Calls:
                             "parameters": timebound.schema(t, lim), "tier": t.tier,
                             "readOnly": t.read_only})
         return out
+
+    def module(self, a: Agent) -> str:
+        """The agent's tools.py (toolspy.py): its loaded tools as Python functions."""
+        def declares(n: str) -> bool:
+            return bool((getattr(self.registry.get(n), "hints", None) or {}).get(
+                "outputSchema"))
+        return toolspy.module(f"session/{a.session.name}/agent/{a.name}", self.schemas(a),
+                              {n for n in a.loaded if declares(n)})
 
     def latest(self, a: Agent) -> dict[str, Call]:
         return a.extra.setdefault("latest", {})
