@@ -58,7 +58,8 @@ class Options(Record):
               "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args", "warm",
               "max_run_memory", "max_run_pids", "max_warm_memory",
               "tls_cert", "tls_key", "tls_client_ca", "imports", "import_own_secret",
-              "max_runs_per_session", "max_runs_per_agent", "max_output")
+              "max_runs_per_session", "max_runs_per_agent", "max_output", "audit",
+              "audit_args", "audit_fsync", "audit_max_size", "audit_keep")
 
     def __init__(self, addrs: list[str] | None = None, tools: list[str] | None = None,
                  state_dir: str | None = None, msize: int = DEFAULT_MSIZE, trace: bool = False,
@@ -75,7 +76,9 @@ class Options(Record):
                  tls_key: str | None = None, tls_client_ca: str | None = None,
                  imports: list[str] | None = None, import_own_secret: bool = False,
                  max_runs_per_session: int | None = None,
-                 max_runs_per_agent: int | None = None, max_output: int = 10 << 20) -> None:
+                 max_runs_per_agent: int | None = None, max_output: int = 10 << 20,
+                 audit: str | None = "", audit_args: bool = False, audit_fsync: bool = False,
+                 audit_max_size: int = 64 << 20, audit_keep: int = 5) -> None:
         self.addrs: list[str] = [] if addrs is None else addrs  # dial strings; empty: default
         self.tools = tools                  # search path; None: env or defaults
         self.state_dir = state_dir
@@ -117,6 +120,13 @@ class Options(Record):
         # fair shares of max_runs (tree/calls/slots.py); None: half of max_runs, half of that
         self.max_runs_per_session = max_runs_per_session
         self.max_runs_per_agent = max_runs_per_agent
+        # the audit trail (tree/state/audit.py, doc/operations.md): its file; "" the state
+        # directory's audit.jsonl (none with --no-state), None none (--no-audit)
+        self.audit = audit
+        self.audit_args = audit_args        # the args themselves, not only their SHA-256
+        self.audit_fsync = audit_fsync      # each record synced before its reply
+        self.audit_max_size = audit_max_size    # bytes, then rotated
+        self.audit_keep = audit_keep        # rotated files kept
 
 
 def _warm_imports() -> None:
@@ -187,6 +197,7 @@ class App:
         self.hosts: Any = None        # hosts.Hosts: the imports of other hosts' trees
         self.internal = Internal()    # the connections tools are given (serve/peers.py)
         self.watch: LoopWatch | None = None   # the loop's lag, in /status (loopwatch.py)
+        self.audit: Any = None        # state/audit.Audit: the trail, None without one
 
     def _make_registry(self) -> Any:
         from .registry.registry import Registry
@@ -285,6 +296,7 @@ class App:
         launcher = lambda: getattr(getattr(self.runner, "launcher", None), "zygote_pid", None)
         self.gate = Gate(opts.max_conns, opts.max_conns_per_peer,
                          PeerPolicy(opts.allow_uids, launcher).peer_check)
+        self._start_audit(state)
 
         def factory(config: ServerConfig) -> Any:
             return lambda: NinePProtocol(self.fs, config, self.conns, self.gate,
@@ -405,6 +417,28 @@ class App:
             a, self.store.sessions.get(a.session.name) is not a.session))
         self.store.on_remove_session.append(lambda s: self.hosts.forget_session(s.name))
 
+    def audit_path(self, state: str | None) -> str | None:
+        """Where the trail goes: --audit FILE, else the state directory's audit.jsonl;
+        None with --no-audit, or --no-state and no --audit."""
+        from .tree.state.audit import FILE
+        if self.opts.audit is None:
+            return None
+        return self.opts.audit or (os.path.join(state, FILE) if state is not None else None)
+
+    def _start_audit(self, state: str | None) -> None:
+        """The trail, opened (an OSError stops the start) and handed to its hooks."""
+        path = self.audit_path(state)
+        if path is None:
+            return
+        from .tree.state.audit import Audit
+        o = self.opts
+        self.audit = Audit(path, o.audit_max_size, o.audit_keep, o.audit_args,
+                           o.audit_fsync).open()
+        self.audit.approver = "broker at " + str(self.runner.config.bypass_socket) \
+            if self.runner is not None else ""
+        self.fs.audit = self.calls.sched.audit = self.audit
+        self.gate.on_refuse = self.audit.connection_refused
+
     def _trace(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
@@ -453,6 +487,8 @@ class App:
             self.nostate.close()      # claimed without state: nothing will restore its cwds
             self.nostate.base.close()
         self.store.close()
+        if self.audit is not None:
+            self.audit.close()
         for path in self.unix_paths:
             try:
                 os.unlink(path)

@@ -7,7 +7,7 @@
 # starting server prints; serveargs.py serve's options; importmcp.py `import-mcp`, with
 # importgrant.py what an imported server needs granted and its one confined start;
 # mcpconfig.py `mcp --config`; approve.py `approve`, the reference approval broker;
-# sandbox_check.py `sandbox check`.
+# sandbox_check.py `sandbox check`; audit.py `audit`, the audit trail read as a table.
 #
 # May import anything of toolsrv: nothing imports cli/ but toolsrv/__main__.py and the
 # old path toolsrv/client.py.

@@ -45,6 +45,16 @@ def _no_cgroups(app: Any) -> str | None:
             "Delegate=yes toolsrv serve): doc/sandbox.md")
 
 
+def _audit(app: Any) -> str:
+    """Where the audit trail goes, or why there is none."""
+    trail = getattr(app, "audit", None)
+    if trail is not None:
+        return f"toolsrv: audit trail in {trail.path} (read it: toolsrv audit)"
+    if getattr(getattr(app, "opts", None), "audit", "") is None:
+        return "toolsrv: no audit trail (--no-audit)"
+    return "toolsrv: no audit trail (--no-state; --audit FILE keeps one)"
+
+
 def search_mode() -> str:
     """What tools/search will rank with, told without importing the search extra."""
     found = False
@@ -74,6 +84,7 @@ def banner(app: Any) -> str:
     lines = [f"toolsrv: serving on {', '.join(str(x) for x in app.addrs)}",
              f"toolsrv: state in {state} (kept across restarts)" if state else
              "toolsrv: no state kept (--no-state)",
+             _audit(app),
              f"toolsrv: {len(reg.tools)} tools loaded from {':'.join(getattr(reg, 'dirs', []))}",
              *filter(None, [_without_bundled(app, list(getattr(reg, "dirs", [])))]),
              f"toolsrv: {len(errors)} in tools/errors"

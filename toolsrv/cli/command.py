@@ -131,6 +131,10 @@ def build_parser(only: str | None = None,
     if only in (None, "umount"):
         u = sub.add_parser("umount", help="unmount a 9pfuse mount")
         u.add_argument("mountpoint", nargs="?")
+    if only is None:       # main() hands audit its own parser (audit.parser)
+        sub.add_parser("audit", help="print the audit trail: every call, who made it and "
+                       "what came of it (toolsrv audit -h)", add_help=False).add_argument(
+                           "rest", nargs="...")
     if only is None:       # main() hands import-mcp its own parser (importmcp.parse)
         sub.add_parser("import-mcp", help="write one resident .meta per tool of an MCP "
                        "server, and the sandbox profile it needs (toolsrv import-mcp -h)",
@@ -218,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["approve"]:          # its own options: --allow TOOL..., -h
         from .approve import approve_main
         return approve_main(argv[1:])
+    if argv[:1] == ["audit"]:            # reads a file: no server, no client
+        from .audit import audit_main
+        return audit_main(argv[1:])
     if argv[:1] == ["import-mcp"]:       # its own options, then -- COMMAND [ARGS...]
         from .importmcp import main as import_main
         return import_main(argv[1:])

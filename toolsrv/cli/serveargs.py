@@ -158,6 +158,19 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                                   help="memory the idle warm interpreters may hold together, "
                                   "as PSS, their standby children included (default an "
                                   "eighth of --max-run-memory, at most 256M)")),
+    (("--audit",), dict(metavar="FILE", help="the audit trail's file (default audit.jsonl "
+                        "in the state directory; none with --no-state unless given; "
+                        "doc/operations.md)")),
+    (("--no-audit",), dict(action="store_true", help="keep no audit trail")),
+    (("--audit-args",), dict(action="store_true", help="write each call's args in its audit "
+                             "record (by default only their SHA-256 and size)")),
+    (("--audit-fsync",), dict(action="store_true", help="sync each audit record to disk "
+                              "before its reply (by default it is written to the kernel: it "
+                              "survives a kill of the server, not a power cut)")),
+    (("--audit-max-size",), dict(type=size, default=64 << 20, metavar="SIZE", help="rotate "
+                                 "the audit trail past SIZE (default 64M)")),
+    (("--audit-keep",), dict(type=int, default=5, metavar="N", help="rotated audit files "
+                             "kept (default 5)")),
     (("--mount",), dict(metavar="DIR", help="mount with 9pfuse on start, unmount on exit")),
     (("--uvloop",), dict(action="store_true", help="run on uvloop (the fast "
                          "extra; also TOOLSRV_UVLOOP=1)")),
@@ -209,4 +222,7 @@ def serve_options(args: Any) -> Any:
                    imports=args.imports, import_own_secret=args.import_own_secret,
                    max_runs_per_session=args.max_runs_per_session,
                    max_runs_per_agent=args.max_runs_per_agent,
-                   max_output=args.max_output)
+                   max_output=args.max_output,
+                   audit=None if args.no_audit else (args.audit or ""),
+                   audit_args=args.audit_args, audit_fsync=args.audit_fsync,
+                   audit_max_size=args.audit_max_size, audit_keep=args.audit_keep)

@@ -112,6 +112,7 @@ class Gate(Record):
         self.peer_check = peer_check
         self.counts: dict[str, int] = {} if counts is None else counts
         self.total = total
+        self.on_refuse: Callable[[Peer, str], None] | None = None   # the audit trail's
 
     def admit(self, peer: Peer) -> str | None:
         """None and count the connection in, or the Rerror string refusing it."""
@@ -163,6 +164,8 @@ class NinePProtocol(asyncio.Protocol):
         why = self.gate.admit(self.peer) if self.gate else None
         if why:
             log.warning("%s: refused %s: %s", name, self.peer, why)
+            if self.gate.on_refuse is not None:
+                self.gate.on_refuse(self.peer, why)
             self.refused, self.name = why, name
             self.refused_buf = bytearray()
             self._arm(REFUSED_LINGER)

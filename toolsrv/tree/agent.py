@@ -40,6 +40,7 @@ from .root import json_text
 from .sessiondirs import AgentDir, after_save
 from ..errors import fit
 from .calls.jsonargs import json_state
+from .state.audit import principal
 from .state.sessions import Agent
 from .node import (Dir_, FixedDir, Node, Pending, TextFile, answer_read, answered,
                    changes, snapshot_read)
@@ -136,9 +137,17 @@ class CtlFile(Node):
             text = buf.decode()
         except UnicodeDecodeError:
             self._refuse(P9Error("ctl: illegal UTF-8"))
+        audit = self.calls.sched.audit
+        if audit is not None and text.strip():
+            audit.check()
         saved = self.calls.apply(self.a, text) if text.strip() else None   # or raise
         answered(fid, offset + len(data))        # applied: the next read answers afresh
-        return after_save(saved, lambda _: len(data))
+        if audit is None or not text.strip():
+            return after_save(saved, lambda _: len(data))
+        a = self.a
+        return after_save(saved, lambda _: audit.change(
+            "ctl", "applied", principal(fid), a.session.name, a.name,
+            command=text.strip()) or len(data))
 
     def _refuse(self, e: P9Error) -> NoReturn:
         self.a.note(f"ctl -> error: {e.full}")
@@ -198,10 +207,18 @@ class CallFile(Node):
     parent: ToolCallDir
 
     def write(self, fid: Any, offset: int, data: bytes) -> int:
-        n = self._take(fid, data)
+        try:
+            n = self._take(fid, data)
+        except P9Error as e:
+            self._audit(fid, e)
+            raise
         if not isinstance(n, int):          # the args are checked off the loop: answered
             async def later() -> int:       # once the call is made (or refused)
-                got = await n
+                try:
+                    got = await n
+                except P9Error as e:
+                    self._audit(fid, e)
+                    raise
                 answered(fid, offset + got)
                 return got
             return later()  # type: ignore[return-value]
@@ -253,6 +270,13 @@ class CallFile(Node):
                     ready()
             return len(data)
         return checked()  # type: ignore[return-value]
+
+    def _audit(self, fid: Any, e: P9Error) -> None:
+        """A refused call's record in the audit trail, before its Rerror."""
+        d = self.parent
+        audit = d.calls.sched.audit
+        if audit is not None:
+            audit.refused(principal(fid), d.a, d.tool, e.full)
 
     def _refuse(self, e: P9Error, latest: bool = True) -> NoReturn:
         """Fail this Twrite: the latest call of the tool becomes this invalid one (unless
@@ -337,6 +361,7 @@ def _made(fid: Any, call: Call) -> None:
     connection, while the fid is open (CallFile.clunk widens or ends that)."""
     fid.aux["call"] = call
     call.handed, call.heir = True, None if "clunked" in fid.aux else fid.conn
+    call.principal = principal(fid)      # who, in its audit record (state/audit.py)
 
 
 def _incomplete(buf: bytearray) -> str:

@@ -37,6 +37,7 @@ class ToolsrvFS:
         self.agent_files = agent_files   # .NAMES, .entry(agent dir, name, qid path) -> Node
         self.session_hosts: Any = None   # session/<id>/hosts/ (toolsrv/hosts/sessioncwd.py)
         self.call_timeout: float | None = None   # serve --timeout: timebound.py states it
+        self.audit: Any = None     # the audit trail (state/audit.py): sessions and agents
         self.qids = Qids()
         self.attaches: list[tuple[str, str, str]] = []
         self._paths_at = -1          # the revision whose tools have qid paths (_tools_file)

@@ -17,6 +17,7 @@ from toolsrv.proto import DMDIR, DMTMP
 
 from .. import errors as E
 from ..errors import P9Error, too_long
+from .state.audit import principal
 from .state.sessions import Agent, Session
 from .node import Committed, Dir_, FixedDir, Node, changes, snapshot_read
 
@@ -51,8 +52,14 @@ class SessionRoot(Dir_):
     def create(self, name: str, perm: int, mode: int, fid: Any) -> Any:
         if not perm & DMDIR:
             raise P9Error(E.ECREATE)
+        audit = self.fs.audit
+        if audit is None:
+            return after_save(self.fs.store.create(name, temporary=bool(perm & DMTMP)),
+                              self._node)
+        audit.check()
         return after_save(self.fs.store.create(name, temporary=bool(perm & DMTMP)),
-                          self._node)
+                          lambda s: audit.change("session", "made", principal(fid), s.name)
+                          or self._node(s))
 
 
 class SessionDir(FixedDir):
@@ -73,9 +80,13 @@ class SessionDir(FixedDir):
         return self.s.alive
 
     def remove(self) -> Any:
-        s = self.s
-        return after_save(self.fs.store.remove(s.name),
-                          lambda _: self.fs.qids.forget(("session", s.name, s.serial)))
+        s, audit = self.s, self.fs.audit
+
+        def removed(_: Any) -> None:
+            self.fs.qids.forget(("session", s.name, s.serial))
+            if audit is not None:
+                audit.change("session", "removed", None, s.name)
+        return after_save(self.fs.store.remove(s.name), removed)
 
     def paths(self) -> list[int]:
         s = self.s
@@ -123,7 +134,13 @@ class AgentRoot(Dir_):
     def create(self, name: str, perm: int, mode: int, fid: Any) -> Any:
         if not perm & DMDIR:
             raise P9Error(E.ECREATE)
-        return after_save(self.fs.store.create_agent(self.s, name), self._node)
+        audit = self.fs.audit
+        if audit is None:
+            return after_save(self.fs.store.create_agent(self.s, name), self._node)
+        audit.check()
+        return after_save(self.fs.store.create_agent(self.s, name),
+                          lambda a: audit.change("agent", "made", principal(fid),
+                                                 a.session.name, a.name) or self._node(a))
 
 
 class AgentDir(FixedDir):
@@ -144,7 +161,10 @@ class AgentDir(FixedDir):
         return self.a.alive
 
     def remove(self) -> Any:
-        return after_save(self.fs.store.remove_agent(self.a.session, self.a.name), None)
+        a, audit = self.a, self.fs.audit
+        return after_save(self.fs.store.remove_agent(a.session, a.name), None if audit is None
+                          else lambda _: audit.change("agent", "removed", None,
+                                                      a.session.name, a.name))
 
     def paths(self) -> list[int]:
         return [self.key(n) for n in self.NAMES]

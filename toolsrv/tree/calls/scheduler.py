@@ -186,11 +186,15 @@ class Scheduler:
         self.bypass = os.environ.get("OLLIE_BYPASS_SOCKET", "")   # passed on to every tool
         self.live: set[Call] = set()
         self.residents = Residents(runner)   # resident tools' processes (resident.py)
+        self.audit: Any = None     # the audit trail (tree/state/audit.py): each call's
+                                   # record, written before its readers are woken
 
     def start(self, call: Call, tool: Any, profile_name: str) -> None:
         queued = sum(1 for c in self.live if c.state == "queued")
         if queued >= self.max_queued:
             raise P9Error(busy("too many queued calls", self.max_queued))
+        if self.audit is not None:
+            self.audit.check()     # a trail that cannot take the record: refused, not run
         self.live.add(call)
         call.task = asyncio.get_running_loop().create_task(self._run(call, tool, profile_name))
         call.task.add_done_callback(lambda _: self._end(call))   # even if cancelled unstarted
@@ -223,6 +227,8 @@ class Scheduler:
         if call.state in ("queued", "running") and call.result is None:
             call.state, call.reason = "killed", E.ECANCELLED   # never started
         call.duration = time.monotonic() - call.started
+        if self.audit is not None:     # its record before its reply, or it is refused
+            self.audit.call_ended(call, self.registry.get(call.tool))
         self.live.discard(call)
         nested.ended(call, self.stop)
         call.done.set()
