@@ -16,7 +16,7 @@ Figures and their baselines, all measured in this run:
               same echo burning as much CPU per call as the null server (measured in this
               run), which shows the tail any server that costly gets on this host; and the
               own cost with the client and the server pinned to one CPU (no wake-up of an
-              idle virtual CPU between the two: doc/performance.md, "Fourth round").
+              idle virtual CPU between the two: bench/NOTES.md, "Fourth round").
   sandboxed   rdwr of the /bin/sh JSON echo through the real server (Landlock, PID namespace,
               uid switch), against the same tool behind MCP over stdio, unsandboxed: target
               no slower (ratio <= 1).

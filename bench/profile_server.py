@@ -1,7 +1,7 @@
 """Profile a running toolsrv with py-spy while a benchmark load drives it; print the top.
 
 Not a benchmark (it is not run by `python -m bench`): the tool behind the profile tables of
-doc/performance.md.  Starts the server (the null runner by default, so the profile is
+bench/NOTES.md.  Starts the server (the null runner by default, so the profile is
 toolsrv's own work; --real for sandboxed runs), loads 1 or 10 tools into 32 agents, attaches
 py-spy (`pip install py-spy`, not a dependency) and drives one of:
 
