@@ -161,7 +161,7 @@ class _Conn:
                 self._clunk(fid)
 
 
-_conn = globals().get("_conn")     # the script tool hands over the one it read this with
+_conn = None                       # made on the first call
 _AGENT = globals().get("_AGENT") or "session/{}/agent/{}".format(
     _os.environ.get("OLLIE_SESSION_ID", ""), _os.environ.get("OLLIE_AGENT", ""))
 

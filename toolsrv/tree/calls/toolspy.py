@@ -122,7 +122,8 @@ def module(agent_path: str, entries: list[dict], structured: set[str]) -> str:
     if mapped:
         head += ["", "Names mapped (tool -> function):"] + mapped
     out = ['"""' + _doc("\n".join(head), "") + '\n"""',
-           "from __future__ import annotations", "", "from typing import Any", "",
+           "from __future__ import annotations  # Any and the rest stay words: no typing",
+           "",
            f"_AGENT = {agent_path!r}", "", ""]
     for e in entries:
         out.append(function(e, names[e["name"]], e["name"] in structured))
