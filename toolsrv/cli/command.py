@@ -169,6 +169,12 @@ def _mcp_parser(m: argparse.ArgumentParser) -> None:
                    "(default: mcp-token in the state home, made on first start)")
     m.add_argument("--no-token", action="store_true", help="a loopback --http without a "
                    "token: any local user can connect")
+    m.add_argument("--oauth-issuer", metavar="ISSUER", help="HTTP clients send OAuth "
+                   "access tokens (JWTs) of this issuer instead of the static token")
+    m.add_argument("--oauth-jwks", metavar="FILE|URL", help="the issuer's public keys (a "
+                   "JWKS file, or an https URL; http to loopback only)")
+    m.add_argument("--oauth-audience", metavar="URL", help="the audience tokens must name "
+                   "(default: the face's own URL, http://HOST:PORT/mcp)")
     m.add_argument("--idle-timeout", metavar="SECONDS", type=float, default=600,
                    help="end an HTTP session with no request for this long (default 600)")
     m.add_argument("--max-sessions", metavar="N", type=int, default=32,

@@ -57,7 +57,7 @@ def http_entry(args: Any, client: str) -> dict[str, Any]:
     host = host or "127.0.0.1"
     entry: dict[str, Any] = {"type": "http"} if client != "cursor" else {}
     entry["url"] = f"http://{host}:{port}/mcp"
-    if args.no_token:
+    if args.no_token or getattr(args, "oauth_issuer", None):   # OAuth: the client's own
         return entry
     from ..dirs.statedir import state_home
     path = args.token_file or os.path.join(state_home(), "mcp-token")  # as mcp/http.py

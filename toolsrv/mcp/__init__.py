@@ -8,7 +8,8 @@
 # and progress (server.py, extras.py, http.py and fast.py are the modules that import the SDK);
 # http.py is the streamable HTTP listener and its gate (Origin, Host, bearer token);
 # httpconns.py its connections' books (per peer, before and after the token, the head
-# deadline);
+# deadline); oauth.py the gate's OAuth 2.1 resource server (JWT access tokens checked with
+# PyJWT against an issuer's keys, RFC 9728 metadata, scopes);
 # run.py the process: dial ADDR, or serve the default registry in process when nothing
 # answers there; stdio.py the stdio wire the SDK's transport is given (the event loop's
 # pipes, not worker threads); fast.py the steady-state tools/call of a stdio connection,

@@ -69,8 +69,9 @@ def clean_name(s: str, fallback: str = "mcp") -> str:
 class Seat:
     """One MCP connection's place in the tree: a session and an agent."""
 
-    def __init__(self, client: str, pid: str) -> None:
+    def __init__(self, client: str, pid: str, principal: str | None = None) -> None:
         self.client, self.pid = client, pid
+        self.principal = principal   # an OAuth token's subject: the agent's name
         self.session = ""
         self.agent = ""
         self.own_session = False     # made and named here: removed at the end
@@ -188,12 +189,13 @@ class Face:
         return list((await self.registry()).values())
 
     # -- seats --
-    def seat(self, client: str, pid: str | None = None) -> Seat:
-        """A new seat for a connection of `client` (made in the tree on its first call)."""
+    def seat(self, client: str, pid: str | None = None, who: Any = None) -> Seat:
+        """A new seat for a connection of `client` (made in the tree on its first call),
+        of the OAuth principal `who` (oauth.py) when there is one."""
         if pid is None:
             self._serial += 1
             pid = f"{os.getpid()}-{self._serial}"
-        s = Seat(clean_name(client), pid)
+        s = Seat(clean_name(client), pid, getattr(who, "sub", None))
         self.seats.add(s)
         return s
 
@@ -223,8 +225,9 @@ class Face:
             seat.agent = self.agent
             await nine.mkdir(f"session/{seat.session}/agent/{seat.agent}")
         else:                           # its own, never one another connection holds
+            named = clean_name(seat.principal) if seat.principal else seat.client
             for n in range(1, 1000):
-                seat.agent = seat.client + (f"-{n}" if n > 1 else "")
+                seat.agent = named + (f"-{n}" if n > 1 else "")
                 if await nine.mkdir(f"session/{seat.session}/agent/{seat.agent}"):
                     break
             else:

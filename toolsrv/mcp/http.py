@@ -14,7 +14,11 @@ Every request passes the gate before the SDK sees it:
            loopback included (any local user can reach a loopback port): the text of
            --token-file, else of `mcp-token` in the state home (made on first start,
            mode 600, and printed then, as Jupyter does).  `--no-token` is the explicit
-           choice of none, for loopback only.
+           choice of none, for loopback only.  With --oauth-issuer, an OAuth access
+           token instead (oauth.py: 401 naming the resource metadata, served here
+           without a token; 403 for a scope the request needs), and the principal is
+           put in the ASGI scope as Starlette's authentication would, for the SDK (a
+           session is its principal's) and the handlers (server.py).
 
 Connections are bounded (httpconns.py): a connection with no request passed yet counts
 against a small budget of its peer's (its uid on loopback), apart from those that passed,
@@ -47,6 +51,7 @@ from typing import Any
 
 from .httpconns import (BACKLOG, HELD_MAX, MAX_HEAD, Conns, TooFewFds, guarded,
                         passed_room, rpc_error)
+from .oauth import Refused, Stale
 from .server import Wiring
 
 MAX_BODY = 8 << 20       # bytes of one request's body (a call's args are 1 MiB by default)
@@ -89,20 +94,25 @@ def default_token_file() -> str:
 
 
 def check_listen(host: str, listen_any: bool, token_file: str | None,
-                 no_token: bool = False) -> tuple[bytes | None, str | None, bool]:
+                 no_token: bool = False, oauth: bool = False
+                 ) -> tuple[bytes | None, str | None, bool]:
     """(the bearer token to require or None, the file it is in, whether it was made
-    now), or BadListen saying what is wrong."""
+    now), or BadListen saying what is wrong.  With `oauth` (--oauth-issuer) no static
+    token: oauth.py checks each request's."""
     if not is_loopback(host) and not listen_any:
         raise BadListen(f"{host} is not a loopback address: a non-loopback listener needs "
                         "--listen-any (and a token: --token-file FILE, or the default)")
     if no_token and (listen_any or token_file):
         raise BadListen("--no-token goes with a loopback --http alone (not with "
                         "--listen-any or --token-file)")
+    if oauth and (no_token or token_file):
+        raise BadListen("--oauth-issuer replaces the static token: give it without "
+                        "--token-file or --no-token")
     try:
         passed_room()          # the open-file limit leaves room for the connections
     except TooFewFds as e:
         raise BadListen(str(e)) from None
-    if no_token:
+    if no_token or oauth:
         return None, None, False
     from ..serve.auth import load_secret
     if token_file:
@@ -127,6 +137,12 @@ def _make_token(path: str) -> bool:
     return True
 
 
+def face_url(sock: socket.socket) -> str:
+    """The face's own URL, http://HOST:PORT/mcp: --oauth-audience's default."""
+    host, port = sock.getsockname()[:2]
+    return f"http://{_hostport(host, port)}/mcp"
+
+
 def _hostport(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -136,9 +152,11 @@ class Gate:
     the connection's count (conns) and the body's size."""
 
     def __init__(self, app: Any, token: bytes | None, port: int, loopback: bool,
-                 where: str = "its token file", conns: Conns | None = None) -> None:
+                 where: str = "its token file", conns: Conns | None = None,
+                 oauth: Any = None, search: bool = False) -> None:
         self.app, self.port, self.loopback, self.where = app, port, loopback, where
         self.conns = conns or Conns()
+        self.oauth, self.search = oauth, search      # oauth.py's OAuth, or None
         self.want = b"Bearer " + token if token else None
         self.stopping = False
         self.waiting: set[Any] = set()     # the cancel scopes of receives waiting now
@@ -192,8 +210,7 @@ class Gate:
                 return 401, ("unauthorized: this toolsrv mcp wants the header "
                              "`Authorization: Bearer <token>`, the token being the text of "
                              f"{self.where}" if not got else "unauthorized: wrong bearer token")
-        busy = self.conns.passes(scope.get("client"))
-        return (503, busy) if busy else None
+        return None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -201,13 +218,60 @@ class Gate:
         no = self.refusal(scope)
         if no is not None:
             return await _refuse(send, *no)
+        who = None
+        if self.oauth is not None:
+            if scope.get("path") in self.oauth.paths:     # RFC 9728: no token needed
+                return await _refuse(send, 200, "", body=self.oauth.metadata())
+            try:
+                who = await self._principal(scope)
+            except Refused as e:
+                return await _refuse(send, e.status, e.why, e.challenge)
+        busy = self.conns.passes(scope.get("client"))
+        if busy:
+            return await _refuse(send, 503, busy)
         recv = self._or_gone(receive)
         said = dict(scope.get("headers", [])).get(b"content-length", b"0")
         body = await _read_body(recv) if said.isdigit() and int(said) <= MAX_BODY else None
         if body is None:
             return await _refuse(send, 413, f"request body too large: {MAX_BODY} bytes at "
                                  "most")
+        if who is not None:
+            no_scope = self.oauth.forbidden(who, b"".join(
+                m.get("body", b"") for m in body if m["type"] == "http.request"), self.search)
+            if no_scope is not None:
+                return await _refuse(send, 403, no_scope.why, no_scope.challenge)
+            scope = {**scope, **_authenticated(who)}
         await self.app(scope, _replay(body, recv), send)
+
+    async def _principal(self, scope: dict[str, Any]) -> Any:
+        """The request's principal (oauth.py), its keys read again first when due (in a
+        thread: a fetch never holds the loop)."""
+        import anyio
+        got = dict(scope.get("headers", [])).get(b"authorization", b"")
+        try:
+            return self.oauth.principal(got)
+        except Stale:
+            await anyio.to_thread.run_sync(self.oauth.keys.refresh)
+        try:
+            return self.oauth.principal(got)
+        except Stale:
+            raise Refused(401, "invalid token: the issuer's keys cannot be read now",
+                          self.oauth.challenge("invalid_token", "the issuer's keys cannot "
+                                               "be read now")) from None
+
+
+def _authenticated(who: Any) -> dict[str, Any]:
+    """What Starlette's AuthenticationMiddleware would put in the scope: the SDK binds an
+    HTTP session to the principal that made it (another principal's request for it is
+    404), and the handlers read it (server.py: principal)."""
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+    from starlette.authentication import AuthCredentials
+    token = AccessToken(token="", client_id=who.client, scopes=sorted(who.scopes),
+                        subject=who.sub, claims={"iss": who.issuer})
+    user = AuthenticatedUser(token)
+    user.principal = who
+    return {"user": user, "auth": AuthCredentials(sorted(who.scopes))}
 
 
 async def _read_body(recv: Any) -> list[dict[str, Any]] | None:
@@ -232,13 +296,17 @@ def _replay(got: list[dict[str, Any]], recv: Any) -> Any:
     return again
 
 
-async def _refuse(send: Any, status: int, why: str) -> None:
-    """Answer `why` with `status` and end the connection (a refused peer holds none)."""
-    body = rpc_error(why)
+async def _refuse(send: Any, status: int, why: str, challenge: str = "",
+                  body: bytes | None = None) -> None:
+    """Answer `why` with `status` and end the connection (a refused peer holds none);
+    `challenge` is the WWW-Authenticate of a 401 or 403 (oauth.py), `body` one to send
+    instead of the JSON-RPC error."""
+    body = rpc_error(why) if body is None else body
     headers = [(b"content-type", b"application/json"),
                (b"content-length", str(len(body)).encode()), (b"connection", b"close")]
-    if status == 401:
-        headers.append((b"www-authenticate", b'Bearer realm="toolsrv"'))
+    if challenge or status == 401:
+        headers.append((b"www-authenticate", (challenge or 'Bearer realm="toolsrv"'
+                                              ).encode("latin-1")))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -260,10 +328,11 @@ class Listen:
     """What serve_http needs: the bound socket, the token and the session bounds."""
 
     def __init__(self, sock: socket.socket, token: bytes | None, token_file: str | None,
-                 made: bool = False, idle_timeout: float = 600, max_sessions: int = 32
-                 ) -> None:
+                 made: bool = False, idle_timeout: float = 600, max_sessions: int = 32,
+                 oauth: Any = None) -> None:
         self.sock, self.token, self.token_file, self.made = sock, token, token_file, made
         self.idle_timeout, self.max_sessions = idle_timeout, max_sessions
+        self.oauth = oauth          # oauth.py's OAuth (--oauth-issuer), or None
 
 
 async def serve_http(wiring: Wiring, listen: Listen) -> None:
@@ -282,12 +351,16 @@ async def serve_http(wiring: Wiring, listen: Listen) -> None:
         print(f"toolsrv mcp: made the bearer token {token.decode()} in {listen.token_file} "
               "(mode 600): clients send `Authorization: Bearer <it>`",
               file=sys.stderr, flush=True)
+    oauth = listen.oauth
     print(f"toolsrv mcp: streamable HTTP on http://{_hostport(host, port)}/mcp"
-          + (f" (bearer token required: the text of {listen.token_file})" if token else
+          + (f" (OAuth: access tokens of {oauth.issuer} for {oauth.audience}; metadata at "
+             f"{oauth.metadata_url})" if oauth else
+             f" (bearer token required: the text of {listen.token_file})" if token else
              " (--no-token: any local user can connect)"),
           file=sys.stderr, flush=True)
     conns = Conns(passed_room())
-    gate = Gate(app, token, port, is_loopback(host), listen.token_file or "", conns)
+    gate = Gate(app, token, port, is_loopback(host), listen.token_file or "", conns,
+                oauth, wiring.face.search)
     config = uvicorn.Config(gate, log_level="warning", lifespan="on", access_log=False,
                             timeout_graceful_shutdown=STOP_GRACE, http=guarded(conns),
                             ws="none", h11_max_incomplete_event_size=MAX_HEAD, backlog=BACKLOG,

@@ -69,8 +69,10 @@ def mcp_main(args: Any) -> int:
             host, port = parse_hostport(args.http)
             if not args.idle_timeout > 0 or not args.max_sessions > 0:
                 raise BadListen("--idle-timeout and --max-sessions must be more than 0")
+            if bool(args.oauth_issuer) != bool(args.oauth_jwks):
+                raise BadListen("--oauth-issuer and --oauth-jwks go together")
             token, token_file, made = check_listen(host, args.listen_any, args.token_file,
-                                                   args.no_token)
+                                                   args.no_token, bool(args.oauth_issuer))
         except (BadListen, OSError, ValueError) as e:
             print(f"toolsrv mcp: {e}", file=sys.stderr)
             return 2
@@ -80,9 +82,18 @@ def mcp_main(args: Any) -> int:
         except OSError as e:
             print(f"toolsrv mcp: cannot listen on {args.http}: {e}", file=sys.stderr)
             return 1
+        if args.oauth_issuer:
+            http.oauth = _oauth(args, http.sock)
+            if http.oauth is None:
+                http.sock.close()
+                return 2
     elif args.listen_any or args.token_file or args.no_token:
         print("toolsrv mcp: --listen-any, --token-file and --no-token go with --http",
               file=sys.stderr)
+        return 2
+    elif args.oauth_issuer or args.oauth_jwks or args.oauth_audience:
+        print("toolsrv mcp: --oauth-issuer, --oauth-jwks and --oauth-audience go with "
+              "--http", file=sys.stderr)
         return 2
     options = {}
     if getattr(args, "uvloop", False) or os.environ.get("TOOLSRV_UVLOOP", "") not in ("", "0"):
@@ -97,6 +108,21 @@ def mcp_main(args: Any) -> int:
         return anyio.run(_main, args, http, backend_options=options)
     except KeyboardInterrupt:
         return 130
+
+
+def _oauth(args: Any, sock: Any) -> Any:
+    """oauth.py's OAuth of --oauth-issuer, --oauth-jwks (its keys read now) and
+    --oauth-audience (default the face's own URL); None when it cannot be (said)."""
+    from .http import face_url
+    from .oauth import OAuth, BadOAuth
+    try:
+        oauth = OAuth(args.oauth_issuer, args.oauth_jwks,
+                      args.oauth_audience or face_url(sock))
+        oauth.keys.load()
+    except BadOAuth as e:
+        print(f"toolsrv mcp: {e}", file=sys.stderr)
+        return None
+    return oauth
 
 
 async def _main(args: Any, http: Any) -> int:

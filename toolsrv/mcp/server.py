@@ -40,6 +40,7 @@ from mcp.shared.exceptions import MCPError
 
 from . import extras
 from .face import Face, Seat, Unknown, clean_name
+from .tools import SEARCH_TOOLS
 
 log = logging.getLogger("toolsrv.mcp")
 
@@ -128,7 +129,7 @@ class Wiring:
         conn = _connection(ctx)
         if conn is not None and id(conn) not in self.conns and \
                 ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            seat = self.face.seat("mcp", self.pid)
+            seat = self.face.seat("mcp", self.pid, _principal(ctx))
             self.conns[id(conn)] = (conn, seat)
             conn.exit_stack.push_async_callback(self._gone, id(conn))
         if ctx.method != "tools/call":
@@ -160,7 +161,7 @@ class Wiring:
                 seat.client = clean_name(client)   # known by now
             return seat, False
         if self.http:
-            return self.face.seat(client, None), True
+            return self.face.seat(client, None, _principal(ctx)), True
         if self.modern is None:
             self.modern = self.face.seat(client, self.pid)
         return self.modern, False
@@ -182,13 +183,14 @@ class Wiring:
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         start = _offset(getattr(params, "cursor", None) if params is not None else None)
         try:
-            tools = await self.face.listing()
+            tools = _callable(ctx, await self.face.listing())
         except Exception as e:
             raise MCPError(types.INTERNAL_ERROR, f"toolsrv: {e}") from None
         if start > len(tools):
             raise MCPError(types.INVALID_PARAMS, "invalid cursor: past the end of the list "
                            "(list again without a cursor)")
-        page: dict[str, Any] = {"tools": [t.wire() for t in tools[start:start + PAGE]]}
+        page: dict[str, Any] = {"tools": [t.wire() for t in tools[start:start + PAGE]],
+                                "ttlMs": LIST_TTL_MS, "cacheScope": "private"}
         if start + PAGE < len(tools):
             page["nextCursor"] = _cursor(start + PAGE)
         return types.ListToolsResult.model_validate(page)
@@ -224,7 +226,7 @@ class Wiring:
 
     # -- prompts, the log, roots (extras.py) --
     async def list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
-        return extras.prompt_list(list((await self.face.registry()).values()))
+        return extras.prompt_list(_callable(ctx, list((await self.face.registry()).values())))
 
     async def get_prompt(self, ctx: Any, params: Any) -> types.GetPromptResult:
         return extras.prompt_get(await self.face.registry(), params.name)
@@ -265,6 +267,28 @@ class Wiring:
 
 
 PAGE = 500          # tools per tools/list page (doc/mcp.md)
+LIST_TTL_MS = 10_000    # how long a client may keep a tools/list page without asking again
+                        # (2026-07-28 ttlMs; a change is told at once by list_changed)
+
+
+def _principal(ctx: Any) -> Any:
+    """The OAuth principal of an HTTP request (http.py puts it in the ASGI scope), or
+    None (stdio, the static token)."""
+    req = getattr(ctx, "request", None)
+    user = getattr(req, "scope", {}).get("user") if req is not None else None
+    return getattr(user, "principal", None)
+
+
+def _callable(ctx: Any, tools: list[Any]) -> list[Any]:
+    """The tools a request's principal may call (all, without OAuth), by name: the
+    listing's order is the names', whatever order the server's index had (--search's
+    two tools stay as they are)."""
+    if tools is SEARCH_TOOLS:
+        return tools
+    who = _principal(ctx)
+    if who is not None:
+        tools = [t for t in tools if who.may_call(t.name)]
+    return sorted(tools, key=lambda t: t.name)
 _CURSOR = "toolsrv-offset-"
 
 
