@@ -10,7 +10,7 @@ mapped: `-` and `.` to `_`, a keyword or a clash given a trailing `_`), its requ
 keyword parameters first, then the optional ones with their defaults (None: left out of the
 call), `**more` when the schema takes other properties; its docstring the tool's
 description and prompt; returning the result's text, or the parsed JSON where the tool
-declares an outputSchema.  Last, the runtime, copied from data/tools/tools_runtime.py:
+declares an outputSchema.  Last, the runtime, copied from the bundled script tool:
 stdlib only, it speaks 9P on the scoped connection a run is given (fd $TOOLSRV_FD) and
 raises `ToolError` with toolsrv's whole reason.  A call made through it is a nested call
 (nested.py).
@@ -26,7 +26,7 @@ from typing import Any
 from ...errors import printable
 
 RUNTIME = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "data", "tools", "tools_runtime.py")
+    os.path.abspath(__file__)))), "data", "tools", "script")   # its runtime, between markers
 _TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool",
           "array": "list", "object": "dict"}
 _RESERVED = {"ToolError", "call_tool"}
@@ -47,7 +47,8 @@ def _runtime() -> str:
     if "text" not in _cache:
         with open(RUNTIME, encoding="utf-8") as f:
             text = f.read()
-        _cache["text"] = text[text.index("# -- runtime --"):]
+        end = "# -- end of runtime --\n"
+        _cache["text"] = text[text.index("# -- runtime --"):text.index(end) + len(end)]
     return _cache["text"]
 
 
