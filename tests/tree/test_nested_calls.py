@@ -156,3 +156,35 @@ def test_a_child_runs_when_its_parent_holds_the_last_slot():
             assert b"Created y.txt" in out
     finally:
         one.cleanup()
+
+
+class _C:
+    """A Call's fields that nested.py reads."""
+
+    def __init__(self, tool: str, args: dict, parent=None, deadline=None) -> None:
+        self.tool, self.args, self.parent, self.deadline = tool, args, parent, deadline
+
+
+def test_a_child_runs_under_what_is_left_of_its_parents_limit():
+    import time
+    from toolsrv.tree.calls import nested
+    top = _C("script", {}, deadline=time.monotonic() + 5)
+    seconds, why = nested.limit(_C("file_read", {}, top), 30.0)
+    assert 4 < seconds <= 5 and why == "what was left of the time limit of its parent script"
+    assert nested.limit(_C("file_read", {}, top), 2.0) == (2.0, None)     # its own is less
+    assert nested.limit(_C("file_read", {}), 30.0) == (30.0, None)        # no parent
+
+
+def test_the_bounds_name_themselves():
+    from toolsrv.errors import P9Error, errno_for
+    from toolsrv.tree.calls import nested
+    chain = None
+    for i in range(MAX_DEPTH + 1):
+        chain = _C("client_9p", {"n": i}, chain)
+    with pytest.raises(P9Error) as e:
+        nested.check(chain, "file_read", {})
+    assert f"bound of {MAX_DEPTH}" in e.value.full and errno_for(e.value.ename) == 22
+    nested.check(chain.parent, "file_read", {})                          # at the bound: fine
+    with pytest.raises(P9Error) as e:
+        nested.check(_C("loop", {"a": 1}, _C("loop", {"a": 1})), "loop", {"a": 1})
+    assert "a cycle" in e.value.full
