@@ -59,7 +59,7 @@ class Options(Record):
               "max_run_memory", "max_run_pids", "max_warm_memory",
               "tls_cert", "tls_key", "tls_client_ca", "imports", "import_own_secret",
               "max_runs_per_session", "max_runs_per_agent", "max_output", "audit",
-              "audit_args", "audit_fsync", "audit_max_size", "audit_keep")
+              "audit_args", "audit_fsync", "audit_max_size", "audit_keep", "metrics")
 
     def __init__(self, addrs: list[str] | None = None, tools: list[str] | None = None,
                  state_dir: str | None = None, msize: int = DEFAULT_MSIZE, trace: bool = False,
@@ -78,7 +78,8 @@ class Options(Record):
                  max_runs_per_session: int | None = None,
                  max_runs_per_agent: int | None = None, max_output: int = 10 << 20,
                  audit: str | None = "", audit_args: bool = False, audit_fsync: bool = False,
-                 audit_max_size: int = 64 << 20, audit_keep: int = 5) -> None:
+                 audit_max_size: int = 64 << 20, audit_keep: int = 5,
+                 metrics: str | None = None) -> None:
         self.addrs: list[str] = [] if addrs is None else addrs  # dial strings; empty: default
         self.tools = tools                  # search path; None: env or defaults
         self.state_dir = state_dir
@@ -127,6 +128,7 @@ class Options(Record):
         self.audit_fsync = audit_fsync      # each record synced before its reply
         self.audit_max_size = audit_max_size    # bytes, then rotated
         self.audit_keep = audit_keep        # rotated files kept
+        self.metrics = metrics              # HOST:PORT of the metrics over HTTP; None: none
 
 
 def _warm_imports() -> None:
@@ -198,6 +200,8 @@ class App:
         self.internal = Internal()    # the connections tools are given (serve/peers.py)
         self.watch: LoopWatch | None = None   # the loop's lag, in /status (loopwatch.py)
         self.audit: Any = None        # state/audit.Audit: the trail, None without one
+        self.metrics: Any = None      # serve/metrics.Metrics: the root's metrics file
+        self.metrics_port: int | None = None   # where --metrics listens
 
     def _make_registry(self) -> Any:
         from .registry.registry import Registry
@@ -297,6 +301,7 @@ class App:
         self.gate = Gate(opts.max_conns, opts.max_conns_per_peer,
                          PeerPolicy(opts.allow_uids, launcher).peer_check)
         self._start_audit(state)
+        self._start_metrics()
 
         def factory(config: ServerConfig) -> Any:
             return lambda: NinePProtocol(self.fs, config, self.conns, self.gate,
@@ -439,6 +444,22 @@ class App:
         self.fs.audit = self.calls.sched.audit = self.audit
         self.gate.on_refuse = self.audit.connection_refused
 
+    def _start_metrics(self) -> None:
+        """The root's metrics file, and --metrics HOST:PORT (loopback but for --listen-any:
+        the tools' names and how they are used are the server's business)."""
+        from .serve.metrics import Metrics, parse_listen
+        from .tree.node import TextFile
+        m = self.metrics = Metrics(self)
+        self.calls.sched.metrics = m
+        self.fs.add_root(TextFile("metrics", self.fs.q("metrics"), self.fs.root, m.text))
+        if self.opts.metrics:
+            host, port = parse_listen(self.opts.metrics)
+            if not (self.opts.listen_any or dial.Addr("tcp", host=host, port=port)
+                    .is_loopback()):
+                raise ValueError(f"--metrics {self.opts.metrics}: not a loopback address "
+                                 "(give --listen-any to serve the metrics beyond this host)")
+            self.metrics_port = m.serve_http(host, port)
+
     def _trace(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
@@ -489,6 +510,8 @@ class App:
         self.store.close()
         if self.audit is not None:
             self.audit.close()
+        if self.metrics is not None:      # off the loop: a scrape may be waiting on it
+            await asyncio.to_thread(self.metrics.close)
         for path in self.unix_paths:
             try:
                 os.unlink(path)

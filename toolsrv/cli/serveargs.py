@@ -171,6 +171,9 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                                  "the audit trail past SIZE (default 64M)")),
     (("--audit-keep",), dict(type=int, default=5, metavar="N", help="rotated audit files "
                              "kept (default 5)")),
+    (("--metrics",), dict(metavar="HOST:PORT", help="also serve the root's metrics file "
+                          "over HTTP here, for Prometheus (e.g. 127.0.0.1:9464; loopback "
+                          "but with --listen-any)")),
     (("--mount",), dict(metavar="DIR", help="mount with 9pfuse on start, unmount on exit")),
     (("--uvloop",), dict(action="store_true", help="run on uvloop (the fast "
                          "extra; also TOOLSRV_UVLOOP=1)")),
@@ -225,4 +228,5 @@ def serve_options(args: Any) -> Any:
                    max_output=args.max_output,
                    audit=None if args.no_audit else (args.audit or ""),
                    audit_args=args.audit_args, audit_fsync=args.audit_fsync,
-                   audit_max_size=args.audit_max_size, audit_keep=args.audit_keep)
+                   audit_max_size=args.audit_max_size, audit_keep=args.audit_keep,
+                   metrics=args.metrics)

@@ -8,7 +8,8 @@
 # it, and Conn._respond is the one respond path (req.py: the in-flight Req, Later).
 # auth.py is Tauth's shared secret; tls.py the TLS contexts and the peer's identity for tls! listeners; peers.py who may
 # connect (the peer policy) and the connection a tool is given (Internal); loopwatch.py the
-# event loop's watch on itself (its lag in /status, a stall logged with what ran).
+# event loop's watch on itself (its lag in /status, a stall logged with what ran);
+# metrics.py the metrics file and --metrics (prometheus_client: calls, runs, the loop).
 #
 # May import: proto, tree/, registry/, run/, dirs/, errors, record.  Never cli/ or app.
 # Imports nothing here, so that importing one module costs that module alone.

@@ -113,6 +113,8 @@ class Gate(Record):
         self.counts: dict[str, int] = {} if counts is None else counts
         self.total = total
         self.on_refuse: Callable[[Peer, str], None] | None = None   # the audit trail's
+        self.bytes_in = 0           # every connection's, for the metrics (serve/metrics.py)
+        self.bytes_out = 0
 
     def admit(self, peer: Peer) -> str | None:
         """None and count the connection in, or the Rerror string refusing it."""
@@ -187,6 +189,8 @@ class NinePProtocol(asyncio.Protocol):
         except (ValueError, TypeError):   # a bug of ours: the client still gets an answer
             log.exception("%s: reply cannot be encoded: %.200r", self.conn_name(), msg)
             data = encode(Rerror(msg.tag, EINTERNAL))
+        if self.gate is not None:
+            self.gate.bytes_out += len(data)
         if self.batch is not None:
             self.batch.append(data)
             self.batch_bytes += len(data)
@@ -206,6 +210,8 @@ class NinePProtocol(asyncio.Protocol):
             return self._answer_refused(data)
         if self.conn is None:
             return
+        if self.gate is not None:
+            self.gate.bytes_in += len(data)
         try:
             msgs = self.framer.feed(data)
         except ProtocolError as e:

@@ -188,6 +188,7 @@ class Scheduler:
         self.residents = Residents(runner)   # resident tools' processes (resident.py)
         self.audit: Any = None     # the audit trail (tree/state/audit.py): each call's
                                    # record, written before its readers are woken
+        self.metrics: Any = None   # serve/metrics.py: calls by tool and outcome, seconds
 
     def start(self, call: Call, tool: Any, profile_name: str) -> None:
         queued = sum(1 for c in self.live if c.state == "queued")
@@ -229,6 +230,8 @@ class Scheduler:
         call.duration = time.monotonic() - call.started
         if self.audit is not None:     # its record before its reply, or it is refused
             self.audit.call_ended(call, self.registry.get(call.tool))
+        if self.metrics is not None:
+            self.metrics.call_ended(call)
         self.live.discard(call)
         nested.ended(call, self.stop)
         call.done.set()
