@@ -31,7 +31,7 @@ from .common import PY, REPO, markdown_rows, print_rows, row
 HERE = Path(__file__).resolve().parent
 # Ours first (cheap and noise-sensitive ones early), then the other issues' benchmarks.
 OURS = ["core", "codec", "rtt", "call", "bulk", "startup", "memory", "resident", "mcp", "search",
-        "lsp", "hosts", "nested"]
+        "lsp", "hosts", "nested", "codemode"]
 THEIRS = ["launch", "registry"]
 
 
