@@ -136,3 +136,29 @@ def test_cancelling_a_script_kills_its_nested_calls(app):
         t.join(20)
         assert isinstance(got[0], ClientError) and "cancelled" in str(got[0])
         assert wait_for(lambda: c.read(f"{a}/tools/hang/status").startswith(b"killed"))
+
+
+def test_names_that_are_no_identifiers_are_mapped():
+    """toolspy.module alone: odd tool and argument names still make a module that compiles,
+    and an argument never hides call_tool."""
+    from toolsrv.tree.calls.toolspy import module
+    entries = [{"name": "my-tool.v2", "description": 'say """hi""" \\ there', "prompt": "",
+                "parameters": {"type": "object", "required": ["class", "call_tool"],
+                               "additionalProperties": False,
+                               "properties": {"class": {"type": "string"},
+                                              "call_tool": {"type": "integer"},
+                                              "max-n": {"type": "number", "default": 1.5}}}},
+               {"name": "call_tool", "parameters": {"type": "object"}}]
+    src = module("session/s/agent/a", entries, set())
+    mod: dict = {}
+    exec(compile(src, "tools.py", "exec"), mod)
+    assert "my-tool.v2 -> my_tool_v2" in mod["__doc__"]
+    assert "call_tool -> call_tool_" in mod["__doc__"]
+    sig = inspect.signature(mod["my_tool_v2"])
+    assert list(sig.parameters) == ["class_", "call_tool_", "max_n"]
+    assert sig.parameters["max_n"].default == 1.5
+    assert '"""hi"""' in mod["my_tool_v2"].__doc__
+    sent = []
+    mod["call_tool"] = lambda name, args, structured: sent.append((name, args)) or "ok"
+    assert mod["my_tool_v2"](class_="c", call_tool_=3) == "ok"
+    assert sent == [("my-tool.v2", {"class": "c", "call_tool": 3, "max-n": 1.5})]

@@ -72,7 +72,7 @@ def function(entry: dict, name: str, structured: bool) -> str:
     taken: set[str] = set()
     params, pairs = [], []
     for p in required + [p for p in props if p not in required]:
-        arg = py_name(p, taken | {"more"})
+        arg = py_name(p, taken | _RESERVED | {"more"})     # never hides call_tool
         taken.add(arg)
         kind = _annotation(props[p])
         if p in required:
