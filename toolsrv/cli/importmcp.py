@@ -268,7 +268,8 @@ def plan(args: argparse.Namespace, tools: list[dict]) -> tuple[list[tuple[str, d
 
 def _kept(mcp_name: str, t: dict, ann: dict) -> dict:
     """The server's own annotations and outputSchema, as .meta fields (doc/tools.md):
-    `title`, `destructive`, `idempotent`, `outputSchema` (checked as `args` is)."""
+    `title`, `destructive`, `idempotent`, `outputSchema` (checked as `args` is), `icons`
+    (the entries MCP's Icon allows)."""
     out: dict = {}
     title = t.get("title") if isinstance(t.get("title"), str) else ann.get("title")
     if isinstance(title, str) and title.strip():
@@ -284,6 +285,10 @@ def _kept(mcp_name: str, t: dict, ann: dict) -> dict:
             raise ImportError_(str(e)) from None
         if schema.get("type") == "object":
             out["outputSchema"] = schema
+    from ..mcp.tools import icons       # no SDK: the face's own check of an icon
+    kept = icons(t.get("icons"))
+    if kept:
+        out["icons"] = kept
     return out
 
 

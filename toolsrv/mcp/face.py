@@ -292,8 +292,11 @@ class Face:
             pass
 
     # -- calls --
-    async def call(self, seat: Seat, name: str, args: Any) -> dict[str, Any]:
-        """tools/call: a result dict (content, isError); Unknown for a tool not served."""
+    async def call(self, seat: Seat, name: str, args: Any,
+                   meta: dict[str, str] | None = None) -> dict[str, Any]:
+        """tools/call: a result dict (content, isError); Unknown for a tool not served.
+        `meta`: the call's context for the tree (its traceparent, the principal), sent as
+        the args' `_meta` in place of any the client put there (toolsrv(4))."""
         if self.search and name == SEARCH_TOOL:
             return await self._search(args)
         if self.search and name == CALL_TOOL:
@@ -311,6 +314,9 @@ class Face:
         if not isinstance(args, dict):
             return error_result(f"invalid args: {name} takes an object, not "
                                 f"{type(args).__name__}")
+        args = {k: v for k, v in args.items() if k != "_meta"}
+        if meta:
+            args["_meta"] = meta
         try:
             return await self._call(seat, name, args, by_name)
         except Unavailable as e:

@@ -41,6 +41,7 @@ from mcp.shared.exceptions import MCPError
 from . import extras
 from .face import Face, Seat, Unknown, clean_name
 from .tools import SEARCH_TOOLS
+from ..tree.calls.jsonargs import TRACEPARENT
 
 log = logging.getLogger("toolsrv.mcp")
 
@@ -202,8 +203,10 @@ class Wiring:
         if not seat.ready and seat.cwd is None and extras.wants_roots(ctx):
             seat.cwd = await extras.first_root(ctx) or ""
 
+        meta = _context(ctx, params)
+
         async def work() -> dict[str, Any]:
-            return await self.face.call(seat, params.name, args)
+            return await self.face.call(seat, params.name, args, meta)
         try:
             if extras.progress_token(params) is not None:
                 res = await extras.with_progress(
@@ -277,6 +280,19 @@ def _principal(ctx: Any) -> Any:
     req = getattr(ctx, "request", None)
     user = getattr(req, "scope", {}).get("user") if req is not None else None
     return getattr(user, "principal", None)
+
+
+def _context(ctx: Any, params: Any) -> dict[str, str]:
+    """A call's context for the tree (face.call's `meta`): the request's W3C
+    `traceparent` from its `_meta`, and its OAuth principal."""
+    out = {}
+    got = params.meta if isinstance(params.meta, dict) else {}
+    if isinstance(got.get("traceparent"), str) and TRACEPARENT.match(got["traceparent"]):
+        out["traceparent"] = got["traceparent"]
+    who = _principal(ctx)
+    if who is not None:
+        out["principal"] = "".join(c for c in who.sub if c.isprintable())[:200] or "?"
+    return out
 
 
 def _callable(ctx: Any, tools: list[Any]) -> list[Any]:

@@ -5,7 +5,8 @@ Theory of operation.  `tool_of` reads a tool's resolved `.meta` JSON: its descri
 then its prompt, its `args` as an object schema (`object_schema`), and annotations
 derived from facts: `readOnlyHint` from `readOnly`, `destructiveHint`/`idempotentHint`
 from the .meta's `destructive`/`idempotent`, `title` from its `title` or the name, and
-`openWorldHint` from whether the sandbox profile its calls run under has a network.
+`openWorldHint` from whether the sandbox profile its calls run under has a network;
+`icons` from its `icons` (`icons`: the entries MCP's Icon allows).
 `call_result` turns a call's stdout into content (and structuredContent, when the tool
 declares an outputSchema and printed a JSON object that fits it).
 """
@@ -21,17 +22,20 @@ SEARCH_LIMIT = 10
 class Tool:
     """One listed tool, from tools/index and tools/<name>/meta."""
     __slots__ = ("name", "description", "schema", "read_only", "tier", "title",
-                 "destructive", "idempotent", "output_schema", "open_world", "prompt")
+                 "destructive", "idempotent", "output_schema", "open_world", "prompt",
+                 "icons")
 
     def __init__(self, name: str, description: str, schema: dict[str, Any],
                  read_only: bool = False, tier: str = "", *, title: str | None = None,
                  destructive: bool | None = None, idempotent: bool | None = None,
                  output_schema: dict[str, Any] | None = None,
-                 open_world: bool | None = None, prompt: str = "") -> None:
+                 open_world: bool | None = None, prompt: str = "",
+                 icons: list[dict[str, Any]] | None = None) -> None:
         self.name, self.description, self.schema = name, description, schema
         self.read_only, self.tier = read_only, tier
         self.title, self.destructive, self.idempotent = title, destructive, idempotent
         self.output_schema, self.open_world, self.prompt = output_schema, open_world, prompt
+        self.icons = icons or []
 
     def wire(self) -> dict[str, Any]:
         """The tool as MCP's tools/list spells it: annotations from what toolsrv knows
@@ -50,6 +54,8 @@ class Tool:
         out["annotations"] = ann
         if self.output_schema is not None:
             out["outputSchema"] = self.output_schema
+        if self.icons:
+            out["icons"] = self.icons
         return out
 
 
@@ -75,8 +81,30 @@ def tool_of(name: str, meta: dict[str, Any], tier: str = "",
                 title=meta["title"] if isinstance(meta.get("title"), str) else None,
                 destructive=flag("destructive"), idempotent=flag("idempotent"),
                 output_schema=out if isinstance(out, dict) else None, prompt=prompt,
+                icons=icons(meta.get("icons", extra.get("icons"))),
                 open_world=open_world(declared if isinstance(declared, str) else profile)
                 if open_world else None)
+
+
+ICON_KEYS = {"src": str, "mimeType": str, "sizes": list, "theme": str}
+ICONS_MAX = 8
+
+
+def icons(v: Any) -> list[dict[str, Any]]:
+    """A `.meta` `icons` field as MCP's Tool.icons: the entries whose `src` is an https,
+    http or data URI and whose other fields have MCP's types (mimeType, sizes of strings,
+    theme light or dark), ICONS_MAX at most; anything else is left out, never guessed."""
+    out: list[dict[str, Any]] = []
+    for i in v if isinstance(v, list) else []:
+        if not isinstance(i, dict) or not isinstance(i.get("src"), str) or \
+                not i["src"].startswith(("https:", "http:", "data:")):
+            continue
+        kept = {k: i[k] for k in ICON_KEYS if isinstance(i.get(k), ICON_KEYS[k])}
+        if "sizes" in kept and not all(isinstance(x, str) for x in kept["sizes"]) or \
+                kept.get("theme", "light") not in ("light", "dark"):
+            continue
+        out.append(kept)
+    return out[:ICONS_MAX]
 
 
 def object_schema(schema: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any, Awaitable
 from . import ctl, nested, timebound, toolspy
 from .scheduler import Call, Scheduler, invalid_call
 from ...errors import P9Error, fit
-from .jsonargs import take_elevated, validate
+from .jsonargs import take_elevated, take_meta, validate
 from ...registry.schemaref import StepsSpent, uses_regex
 from ..state.sessions import Agent, SessionStore
 
@@ -135,25 +135,27 @@ class Calls:
             if not isinstance(args, dict):
                 raise P9Error(fit("invalid args: ", "must be a JSON object"))
             elevated = take_elevated(args)
+            meta = take_meta(args)
             if parent is not None:
                 nested.check(parent, tool_name, args)
             slow = getattr(tool, "runs_regex", None)   # a registry Tool's, worked out once
             if slow is None:
                 slow = uses_regex(tool.schema)
             if slow:
-                return self._begin_checked(a, tool_name, tool, args, elevated, parent)
+                return self._begin_checked(a, tool_name, tool, args, elevated, parent, meta)
             try:
                 validate(tool, args, LOOP_STEPS)
             except StepsSpent:
-                return self._begin_checked(a, tool_name, tool, args, elevated, parent)
+                return self._begin_checked(a, tool_name, tool, args, elevated, parent, meta)
             timebound.check(tool, args, timebound.limit(tool, a.session.sandbox, self.timeout))
         except P9Error as e:
             self._refused(a, tool_name, args, e)
             raise
-        return self._start(a, tool_name, tool, args, elevated, parent)
+        return self._start(a, tool_name, tool, args, elevated, parent, meta)
 
     async def _begin_checked(self, a: Agent, tool_name: str, tool: Any, args: dict,
-                             elevated: bool, parent: Call | None) -> Call:
+                             elevated: bool, parent: Call | None,
+                             meta: dict[str, str] | None = None) -> Call:
         try:
             await asyncio.get_running_loop().run_in_executor(_checks(), validate, tool, args)
             if self.registry.get(tool_name) is not tool or tool_name not in a.loaded:
@@ -163,16 +165,17 @@ class Calls:
         except P9Error as e:
             self._refused(a, tool_name, args, e)
             raise
-        return self._start(a, tool_name, tool, args, elevated, parent)
+        return self._start(a, tool_name, tool, args, elevated, parent, meta)
 
     def _refused(self, a: Agent, tool_name: str, args: Any, e: P9Error) -> None:
         self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
         a.note(f"call {tool_name} {_short(args)} -> {e.full}")
 
     def _start(self, a: Agent, tool_name: str, tool: Any, args: dict, elevated: bool,
-               parent: Call | None = None) -> Call:
+               parent: Call | None = None, meta: dict[str, str] | None = None) -> Call:
         text = _to_json(args)       # the log line's, and the tool's stdin
         c = Call(tool_name, a, args, elevated)
+        c.meta = meta or {}         # jsonargs.take_meta: its principal and traceparent
         try:
             c.stdin = text.encode()
         except UnicodeEncodeError:       # a lone surrogate ("\ud800"): stdin escapes it
@@ -182,8 +185,10 @@ class Calls:
         self.sched.start(c, tool, a.session.sandbox)
         self.latest(a)[tool_name] = c
         child = f" (child of {parent.tool})" if c.parent is not None else ""
-        a.note(f"call {tool_name}{child} {_clip(text)}{' elevated' if elevated else ''} "
-               "-> started")
+        context = "".join(f" {'for' if k == 'principal' else 'trace'} {v}"
+                          for k, v in sorted(c.meta.items()))
+        a.note(f"call {tool_name}{child} {_clip(text)}{' elevated' if elevated else ''}"
+               f"{context} -> started")
         return c
 
     async def close(self) -> None:

@@ -166,6 +166,34 @@ def invalid(detail: str) -> P9Error:
     return quoting("invalid args: ", detail, "argument")
 
 
+TRACEPARENT = re.compile(r"(?!ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}"
+                          r"-[0-9a-f]{2}\Z")
+META_KEYS = ("traceparent", "principal")
+
+
+def take_meta(args: dict) -> dict[str, str]:
+    """Remove "_meta" from args: the call's context, not its arguments (toolsrv(4)):
+    `traceparent`, a W3C trace context's, and `principal`, whom the writer acts for (the
+    MCP face's OAuth subject); either may be left out.  P9Error for anything else."""
+    if "_meta" not in args:
+        return {}
+    v = args.pop("_meta")
+    if not isinstance(v, dict):
+        raise P9Error(fit("invalid args: ", "_meta: must be an object (of traceparent, "
+                          "principal)"))
+    for k, x in v.items():
+        if k not in META_KEYS or not isinstance(x, str):
+            raise P9Error(fit("invalid args: ", f"_meta: {k!r} is not a string of "
+                              "traceparent or principal"))
+    if "traceparent" in v and not TRACEPARENT.match(v["traceparent"]):
+        raise P9Error(fit("invalid args: ", "_meta.traceparent: not a W3C traceparent "
+                          "(00-<32 hex>-<16 hex>-<2 hex>)"))
+    if not 0 < len(v.get("principal", "-")) <= 200 or not v.get("principal", "-").isprintable():
+        raise P9Error(fit("invalid args: ", "_meta.principal: 1 to 200 printable "
+                          "characters"))
+    return dict(v)
+
+
 def take_elevated(args: dict) -> bool:
     """Remove "elevated" from args; True when it asks to run outside the sandbox."""
     if "elevated" not in args:

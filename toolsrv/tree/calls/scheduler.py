@@ -77,6 +77,7 @@ class Call(Plain):
         self.handed = False     # its first reader of out or err waits for it (tree/agent.py),
         self.heir: Any = None   # on this connection (None: any)
         self.live: Live | None = None   # its output so far while it runs (run/live.py)
+        self.meta: dict[str, str] = {}  # its context: principal, traceparent (take_meta)
         self.parent: Call | None = None     # the running call that wrote it (nested.py)
         self.children: list[Call] = []      # its own nested calls not yet ended
         self.turn: asyncio.Lock | None = None   # its children's turns, while it holds one
@@ -266,6 +267,8 @@ class Scheduler:
                    "OLLIE_BYPASS_SOCKET": self.bypass,
                    "PWD": s.cwd, "OLLIE_SESSION_ID": s.name, "OLLIE_AGENT": call.agent.name,
                    "TOOLSRV_ADDR": self.addr}
+            if "traceparent" in call.meta:      # W3C Trace Context's variable name
+                env["TRACEPARENT"] = call.meta["traceparent"]
             conn = None
             if getattr(profile, "toolsrv", False) and self.connect is not None:
                 conn = await self.connect(s.name, call.agent.name, call)
