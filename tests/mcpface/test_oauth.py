@@ -211,3 +211,41 @@ def test_an_unknown_tool_through_a_token_that_may_call_all(face, keys):
     names, unknown = anyio.run(go)
     assert {"echo", "fail", "marked", "content"} <= names
     assert unknown.code == -32602
+
+
+def test_keys_from_a_loopback_url_read_again_for_a_new_key(server, keys):
+    """--oauth-jwks URL: fetched at start, and again (off the loop) when a token names a
+    key id the set does not have yet: the issuer's key rotation."""
+    import http.server
+    import threading
+    served = {"keys": [_jwk(keys["rsa"], "k1")]}
+
+    class Keys(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps(served).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Keys)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/jwks.json"
+    f = HttpFace("-a", server.addr, "--http", "127.0.0.1:0", "--oauth-issuer", ISSUER,
+                 "--oauth-jwks", url)
+    try:
+        assert post(f, mint(f, keys), INIT).status_code == 200
+        served["keys"].append(_jwk(keys["other"], "k3"))      # rotated in after the start
+        r = post(f, mint(f, keys, key="other", kid="k3"), INIT)
+        assert r.status_code == 200, r.text
+    finally:
+        f.stop()
+        httpd.shutdown()
+
+
+def test_a_jwks_url_must_be_https_or_loopback(server):
+    with pytest.raises(RuntimeError, match="must be https, or http to a loopback"):
+        HttpFace("-a", server.addr, "--http", "127.0.0.1:0", "--oauth-issuer", ISSUER,
+                 "--oauth-jwks", "http://192.0.2.1/jwks.json")

@@ -9,7 +9,7 @@ Theory of operation.
   keys       the issuer's JWKS, from a file or a URL (https, or http to a loopback host
              alone; no redirects followed), read when the face starts (a failure stops
              it), then again when a token names a key id not in it (at most once per
-             KEYS_RETRY seconds) or the copy is KEYS_TTL old.  A fetch runs in a thread,
+             KEYS_RETRY seconds) or the copy is KEYS_TTL old (a failure keeps it).  A fetch runs in a thread,
              never on the loop, reads KEYS_MAX bytes at most, and keeps KEYS_COUNT keys.
              Only public keys of asymmetric algorithms are kept: a symmetric (`oct`) key
              in the set is refused at load, so a token can never be checked as HMAC with
@@ -101,7 +101,8 @@ class Keys:
             _check_url(self.url)
         self.keys: list[Any] = []
         self.made: dict[tuple[int, str], Any] = {}      # (key's index, alg) -> PyJWK
-        self.read_at = 0.0
+        self.read_at = 0.0                  # when the set in hand was read
+        self.tried = float("-inf")          # when it was last read again (refresh)
         self.lock = threading.Lock()
 
     def load(self) -> None:
@@ -118,8 +119,8 @@ class Keys:
         """The key that checks a token of `kid` and `alg`; Stale when the set is to be read
         again first (refresh, off the loop), Refused when no key fits."""
         key = self._pick(kid, alg)
-        age = time.monotonic() - self.read_at
-        if age > KEYS_TTL or (key is None and age > KEYS_RETRY):
+        now = time.monotonic()
+        if now - self.read_at > KEYS_TTL or (key is None and now - self.tried > KEYS_RETRY):
             raise Stale
         if key is None:
             raise Refused(401, f"no key of the issuer's set checks this token (kid "
@@ -128,15 +129,17 @@ class Keys:
 
     def refresh(self) -> None:
         """Read the set again (blocking: a thread's work), unless another thread just
-        did; a failure keeps the old set until KEYS_RETRY has passed."""
+        did; a failure keeps the old set, tried again KEYS_RETRY later."""
         with self.lock:
-            if time.monotonic() - self.read_at <= KEYS_RETRY:
+            now = time.monotonic()
+            if now - self.tried <= KEYS_RETRY and now - self.read_at <= KEYS_TTL:
                 return
+            self.tried = now
             try:
                 self.load()
             except BadOAuth as e:
                 log.warning("%s (the keys read before are kept)", e)
-                self.read_at = time.monotonic() - KEYS_TTL + KEYS_RETRY
+                self.read_at = now - KEYS_TTL + KEYS_RETRY
 
     def _pick(self, kid: str | None, alg: str) -> Any:
         from jwt import PyJWK
