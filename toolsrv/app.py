@@ -449,7 +449,7 @@ class App:
         the tools' names and how they are used are the server's business)."""
         from .serve.metrics import Metrics, parse_listen
         from .tree.node import TextFile
-        m = self.metrics = Metrics(self)
+        m = self.metrics = Metrics(self, asyncio.get_running_loop())
         self.calls.sched.metrics = m
         self.fs.add_root(TextFile("metrics", self.fs.q("metrics"), self.fs.root, m.text))
         if self.opts.metrics:

@@ -88,6 +88,8 @@ def who(p: Any) -> str:
         text = str(p.get("subject") or p.get("host"))
     else:
         text = str(p.get("host") or kind or "-")
+    if p.get("on_behalf_of"):
+        text = f"{p['on_behalf_of']} via {text}"
     return text + (" (tool)" if p.get("via") == "tool" else "")
 
 

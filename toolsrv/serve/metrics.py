@@ -4,47 +4,60 @@
 Theory of operation.  Two kinds of figure:
 
   counted   as each call ends (the scheduler's `metrics` hook, before its readers are
-            woken): toolsrv_calls_total by tool and outcome, and the call's seconds in
-            toolsrv_call_duration_seconds, a histogram.  A few microseconds a call.
-  read      at each scrape, from the live objects (Live.collect): runs running and queued,
+            woken): calls by tool and outcome, and the call's seconds in histogram
+            buckets; plain integers here, a dict entry and a bisect a call.
+  read      at each scrape, from the live objects (Live.figures): runs running and queued,
             idle warm interpreters, resident processes, connections, sessions, agents,
             the loop's lag and stalls (loopwatch.py), bytes read and written by every
             connection (transport.Gate).  Nothing a call does pays for them.
 
-Each App has its own CollectorRegistry (several servers share one test process); the HTTP
-listener is prometheus_client's own, on a thread, which reads the registry as the file
-does (figures read there come from the loop's objects without its lock: a scrape may see
-a count one call stale, never a torn one).
+prometheus_client writes the exposition (a custom collector yields its metric families
+from those figures) and serves --metrics (its own HTTP server, on a thread).  It is
+imported at the first scrape, or at start with --metrics, not at every start: its import
+(http.server, email, ...) took 50-150 ms.  Each App has its own registry (several servers
+share one test process).  A scrape from the HTTP thread takes the figures on the event
+loop, so they are never torn.
 """
 from __future__ import annotations
 
 import asyncio
+import bisect
 import threading
 from typing import Any, Iterator
-
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
            30.0, 60.0, 300.0)
 
 
-class Live:
-    """The figures read at a scrape, from the App's objects, on the loop: a scrape from
-    the HTTP thread asks the loop for them."""
+class Metrics:
+    """The App's metrics: `call_ended` is the scheduler's hook, `text` the file's body."""
 
     def __init__(self, app: Any, loop: asyncio.AbstractEventLoop) -> None:
         self.app = app
         self.loop = loop
         self.thread = threading.get_ident()      # the loop's
+        self.calls: dict[tuple[str, str], int] = {}       # (tool, outcome) -> calls ended
+        self.buckets = [0] * (len(BUCKETS) + 1)           # the last: past 300 s
+        self.seconds = 0.0
+        self.server: Any = None
+        self._registry: Any = None
+
+    def call_ended(self, call: Any) -> None:
+        key = (call.tool, call.state)
+        self.calls[key] = self.calls.get(key, 0) + 1
+        self.buckets[bisect.bisect_left(BUCKETS, call.duration)] += 1
+        self.seconds += call.duration
 
     def figures(self) -> dict[str, Any]:
+        """Everything a scrape shows, read now (on the loop)."""
         app = self.app
         live = list(app.calls.sched.live) if app.calls is not None else []
         sessions = list(app.store.sessions.values())
         launcher = getattr(app.runner, "launcher", None)
         watch = app.watch
-        return {"running": sum(1 for c in live if c.state == "running"),
+        return {"calls": dict(self.calls), "buckets": list(self.buckets),
+                "seconds": self.seconds,
+                "running": sum(1 for c in live if c.state == "running"),
                 "queued": sum(1 for c in live if c.state == "queued"),
                 "warm": len(launcher.warm_pids()) if launcher is not None else 0,
                 "residents": sum(1 for e in app.calls.sched.residents.live
@@ -60,8 +73,24 @@ class Live:
         return self.figures()
 
     def collect(self) -> Iterator[Any]:
+        """prometheus_client's collector protocol: the metric families, from the figures."""
+        from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
+                                            HistogramMetricFamily)
         f = self.figures() if threading.get_ident() == self.thread else \
             asyncio.run_coroutine_threadsafe(self._figures(), self.loop).result(10)
+        calls = CounterMetricFamily("toolsrv_calls", "calls ended, by tool and outcome (ok, "
+                                    "exit, timeout, killed, refused, failed)",
+                                    labels=["tool", "outcome"])
+        for (tool, outcome), n in sorted(f["calls"].items()):
+            calls.add_metric([tool, outcome], n)
+        yield calls
+        total, cumulative = 0, []
+        for le, n in zip([*map(str, BUCKETS), "+Inf"], f["buckets"]):
+            total += n
+            cumulative.append((le, total))
+        yield HistogramMetricFamily("toolsrv_call_duration_seconds", "a call's time from "
+                                    "its run's start (its making, for one that never ran) "
+                                    "to its end", buckets=cumulative, sum_value=f["seconds"])
         runs = GaugeMetricFamily("toolsrv_runs", "calls running, and queued for a run "
                                  "slot or their agent's turn", labels=["state"])
         runs.add_metric(["running"], f["running"])
@@ -85,33 +114,21 @@ class Live:
                 ("toolsrv_sent_bytes", "out", "bytes of 9P replies written")]:
             yield CounterMetricFamily(name, what, value=f[key])
 
-
-class Metrics:
-    """The App's metrics: `call_ended` is the scheduler's hook, `text` the file's body."""
-
-    def __init__(self, app: Any) -> None:
-        self.registry = CollectorRegistry()
-        self.calls = Counter("toolsrv_calls", "calls ended, by tool and outcome (ok, exit, "
-                             "timeout, killed, refused, failed)", ["tool", "outcome"],
-                             registry=self.registry)
-        self.seconds = Histogram("toolsrv_call_duration_seconds", "a call's time from its "
-                                 "run's start (its making, for one that never ran) to "
-                                 "its end",
-                                 buckets=BUCKETS, registry=self.registry)
-        self.registry.register(Live(app, asyncio.get_running_loop()))  # type: ignore
-        self.server: Any = None
-
-    def call_ended(self, call: Any) -> None:
-        self.calls.labels(call.tool, call.state).inc()
-        self.seconds.observe(call.duration)
+    def registry(self) -> Any:
+        if self._registry is None:
+            from prometheus_client import CollectorRegistry
+            self._registry = CollectorRegistry()
+            self._registry.register(self)
+        return self._registry
 
     def text(self) -> bytes:
-        return generate_latest(self.registry)
+        from prometheus_client import generate_latest
+        return bytes(generate_latest(self.registry()))
 
     def serve_http(self, host: str, port: int) -> int:
         """prometheus_client's HTTP server on a thread; the port it listens on."""
         from prometheus_client import start_http_server
-        self.server, _ = start_http_server(port, host, registry=self.registry)
+        self.server, _ = start_http_server(port, host, registry=self.registry())
         return int(self.server.server_address[1])
 
     def close(self) -> None:

@@ -37,10 +37,20 @@ log = logging.getLogger("toolsrv.audit")
 FILE = "audit.jsonl"
 
 
+_second: list[Any] = [-1, ""]      # the last second stamped, and its text
+
+
 def stamp(t: float | None = None) -> str:
     """UTC time in ISO 8601 with microseconds and a Z."""
     t = time.time() if t is None else t
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
+    sec = int(t)
+    if sec != _second[0]:
+        _second[:] = [sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))]
+    return f"{_second[1]}.{int((t - sec) * 1e6):06d}Z"
+
+
+# one encoder, made once: json.dumps with options makes one per call (most of its cost)
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 
 
 class Audit:
@@ -76,8 +86,7 @@ class Audit:
     # -- writing --
     def write(self, rec: dict) -> None:
         """Append one record (its time set here); OSError when it is not in the file."""
-        line = (json.dumps({"time": stamp(), **rec}, ensure_ascii=False,
-                           separators=(",", ":"), default=str) + "\n").encode()
+        line = (_encode({"time": stamp(), **rec}) + "\n").encode("utf-8", "surrogatepass")
         if self.size and self.size + len(line) > self.max_bytes:
             self._rotate()
         try:
@@ -191,6 +200,11 @@ class Audit:
                        err_bytes=len(r.stderr))
         if call.reason:
             out["reason"] = str(getattr(call, "detail", None) or call.reason)
+        said = getattr(call, "meta", None) or {}     # what an MCP face passed on, if any
+        if said.get("principal"):       # the HTTP client's token or OAuth subject it serves
+            out["principal"] = {**(out["principal"] or {}), "on_behalf_of": said["principal"]}
+        if said.get("traceparent"):
+            out["traceparent"] = said["traceparent"]
         parent = getattr(call, "parent", None)
         if parent is not None:
             out["parent"] = self.call_id(parent)
