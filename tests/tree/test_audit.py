@@ -269,3 +269,35 @@ def test_without_state_there_is_no_trail_unless_named(tools):
         assert not os.path.exists(os.path.join(app.opts.state_dir, "audit.jsonl"))
     finally:
         stop_clean(app)
+
+
+def test_audit_follows_and_filters(tools):
+    app = AppThread([tools]).start()
+    follower = None
+    try:
+        path = app.app.audit.path
+        with Client.connect(app.addr) as c:
+            t = agent(c, tools="echo")
+            c.rdwr(f"{t}/echo/call", b'{"n": 1}')
+            follower = subprocess.Popen([sys.executable, "-m", "toolsrv", "audit", "--audit",
+                                         path, "-f", "--json", "--tool", "echo"],
+                                        stdout=subprocess.PIPE, text=True)
+            first = json.loads(follower.stdout.readline())
+            assert first["args_sha256"] == hashlib.sha256(b'{"n": 1}').hexdigest()
+            c.rdwr(f"{t}/echo/call", b'{"n": 2}')
+            later = json.loads(follower.stdout.readline())     # written after it started
+            assert later["args_sha256"] == hashlib.sha256(b'{"n": 2}').hexdigest()
+
+        def run(*args: str) -> list[str]:
+            r = subprocess.run([sys.executable, "-m", "toolsrv", "audit", "--audit", path,
+                                *args], capture_output=True, text=True)
+            return r.stdout.splitlines() if r.returncode == 0 else [r.stderr]
+        assert len(run("--json", "--since", "1h")) == 5      # session, agent, ctl, 2 calls
+        assert run("--json", "--since", "2999-01-01") == []
+        assert len(run("--json", "--agent", "s/a")) == 4 and run("--json", "--agent", "x") == []
+        assert "not a time" in run("--since", "yesterday")[0]
+    finally:
+        if follower is not None:
+            follower.kill()
+            follower.wait()
+        stop_clean(app)
