@@ -28,7 +28,7 @@ import httpx2  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec, rsa  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
-from mcphelpers import HttpFace, http_face, text  # noqa: E402
+from mcphelpers import HttpFace, http_face, modern_client, text  # noqa: E402
 
 ISSUER = "https://issuer.example.test"
 
@@ -174,6 +174,14 @@ def test_the_good_token_through_the_sdk_client(face, keys, server):
     assert names == ["echo"]            # tools:call:echo alone: the one tool it may call
     assert ok.is_error is False and json.loads(text(ok)) == {"via": "oauth"}
     assert "alice-example.test" in agents       # the principal names the agent
+
+    async def modern():                 # the 2026-07-28 era: a seat per call, the same
+        async with modern_client(face.url, token) as c:
+            async with c:
+                return ([t.name for t in (await c.list_tools()).tools],
+                        await c.call_tool("echo", {"era": 2026}))
+    names, ok = anyio.run(modern)
+    assert names == ["echo"] and json.loads(text(ok)) == {"era": 2026}
 
 
 def test_a_session_is_bound_to_its_principal(face, keys):
