@@ -202,6 +202,17 @@ def test_text_other_content_errors_and_stderr(srv):
             call(c, a, "echo", {})              # the .meta's schema, checked by toolsrv
 
 
+def test_a_calls_traceparent_reaches_the_imported_server(srv):
+    """A call's `_meta.traceparent` (toolsrv(4)) is sent in the tools/call's `_meta` to
+    the resident MCP server, which started once and has no $TRACEPARENT of the call."""
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with connect(srv) as c:
+        a = sandboxed(c, "t4", "echo")
+        out = call(c, a, "echo", {"text": "hi", "_meta": {"traceparent": tp}})
+        assert out.split(b"\n")[-1] == f"trace {tp}".encode()
+        assert len(call(c, a, "echo", {"text": "hi"}).split(b"\n")) == 2
+
+
 def test_cancel_sends_notifications_cancelled_then_kills(srv):
     logf = srv.home + "/cancels/log"
     with connect(srv) as c:

@@ -94,6 +94,9 @@ while True:
         if name == "echo":
             res = {"content": [{"type": "text", "text": args["text"]},
                                {"type": "text", "text": token}]}
+            trace = (msg["params"].get("_meta") or {}).get("traceparent")
+            if trace:                     # the call's trace context, when it has one
+                res["content"].append({"type": "text", "text": f"trace {trace}"})
         elif name == "image":
             res = {"content": [{"type": "image", "data": "aGk=", "mimeType": "image/png"}]}
         elif name == "fail":

@@ -320,7 +320,7 @@ class Residents:
 
         async def one() -> tuple[str | None, str | None]:
             try:
-                return await client.call(name, call.args)
+                return await client.call(name, call.args, call.meta.get("traceparent"))
             except mcpproto.MCPError as err:
                 raise resident.Ended(str(err)) from None
         value, rep = await resident.answer(proc, timeout, call.kill, one)

@@ -108,9 +108,14 @@ class Client:
                 break
         return tools
 
-    async def call(self, tool: str, args: dict[str, Any]) -> tuple[str | None, str | None]:
-        """tools/call: (output, None) or (None, the error)."""
-        resp = await self.request("tools/call", {"name": tool, "arguments": args})
+    async def call(self, tool: str, args: dict[str, Any], traceparent: str | None = None
+                   ) -> tuple[str | None, str | None]:
+        """tools/call: (output, None) or (None, the error); a call's W3C `traceparent`
+        goes in the request's `_meta`, as MCP carries trace context."""
+        params: dict[str, Any] = {"name": tool, "arguments": args}
+        if traceparent:
+            params["_meta"] = {"traceparent": traceparent}
+        resp = await self.request("tools/call", params)
         if "result" not in resp:
             return None, _rpc_error(resp)
         return result_outcome(resp["result"])
