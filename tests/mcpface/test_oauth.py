@@ -257,3 +257,34 @@ def test_a_jwks_url_must_be_https_or_loopback(server):
     with pytest.raises(RuntimeError, match="must be https, or http to a loopback"):
         HttpFace("-a", server.addr, "--http", "127.0.0.1:0", "--oauth-issuer", ISSUER,
                  "--oauth-jwks", "http://192.0.2.1/jwks.json")
+
+
+def test_search_finds_only_what_the_principal_may_call(server, keys, tmp_path):
+    """--search with OAuth: search_tools names only the tools the token's scopes let it
+    call, and call_tool needs the scope of the tool it names (403 otherwise)."""
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [_jwk(keys["rsa"], "k1")]}))
+    f = HttpFace("-a", server.addr, "--http", "127.0.0.1:0", "--search", "--oauth-issuer",
+                 ISSUER, "--oauth-jwks", str(jwks))
+    try:
+        token = mint(f, keys, scope="tools:list tools:call:echo")
+        everything = mint(f, keys, scope="tools:list tools:call")
+
+        async def go():
+            async with http_face(f.url, everything) as s:
+                all_found = await s.call_tool("search_tools", {"need": "echo the args fail",
+                                                               "limit": 20})
+            async with http_face(f.url, token) as s:
+                found = await s.call_tool("search_tools", {"need": "echo the args fail",
+                                                           "limit": 20})
+                ok = await s.call_tool("call_tool", {"name": "echo", "arguments": {"q": 1}})
+                return all_found, found, ok
+        all_found, found, ok = anyio.run(go)
+        assert {"echo", "fail"} <= {t["name"] for t in all_found.structured_content["tools"]}
+        assert [t["name"] for t in found.structured_content["tools"]] == ["echo"]
+        assert json.loads(text(ok)) == {"q": 1}
+        r = post(f, token, {"method": "tools/call", "params": {
+            "name": "call_tool", "arguments": {"name": "fail", "arguments": {"n": 1}}}})
+        assert r.status_code == 403 and 'scope="tools:call:fail"' in r.headers["www-authenticate"]
+    finally:
+        f.stop()

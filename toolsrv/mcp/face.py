@@ -293,12 +293,14 @@ class Face:
 
     # -- calls --
     async def call(self, seat: Seat, name: str, args: Any,
-                   meta: dict[str, str] | None = None) -> dict[str, Any]:
+                   meta: dict[str, str] | None = None,
+                   may: Callable[[str], bool] | None = None) -> dict[str, Any]:
         """tools/call: a result dict (content, isError); Unknown for a tool not served.
         `meta`: the call's context for the tree (its traceparent, the principal), sent as
-        the args' `_meta` in place of any the client put there (toolsrv(4))."""
+        the args' `_meta` in place of any the client put there (toolsrv(4)); `may`: which
+        tools search_tools may name (an OAuth principal's, oauth.py), else all."""
         if self.search and name == SEARCH_TOOL:
-            return await self._search(args)
+            return await self._search(args, may)
         if self.search and name == CALL_TOOL:
             if not isinstance(args, dict) or not isinstance(args.get("name"), str):
                 return error_result("call_tool: give the tool's name (a string) and its "
@@ -371,7 +373,8 @@ class Face:
                 return line
         return ""
 
-    async def _search(self, args: Any) -> dict[str, Any]:
+    async def _search(self, args: Any, may: Callable[[str], bool] | None = None
+                      ) -> dict[str, Any]:
         extra = _unknown(args, ("need", "limit")) if isinstance(args, dict) else ""
         if extra:
             return error_result(f"search_tools: unknown argument {extra} (give need: what "
@@ -399,8 +402,8 @@ class Face:
         found = []
         for line in out.decode(errors="replace").splitlines():
             parts = line.split("\t", 2)
-            if len(parts) < 2 or parts[0] not in tools:
-                continue                     # narrowed away by --tools, or gone
+            if len(parts) < 2 or parts[0] not in tools or may and not may(parts[0]):
+                continue                     # narrowed away (--tools, scopes), or gone
             t = tools[parts[0]]
             hit: dict[str, Any] = {"name": t.name, "score": _number(parts[1]),
                                    "description": t.description, "inputSchema": t.schema}

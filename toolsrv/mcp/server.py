@@ -203,10 +203,11 @@ class Wiring:
         if not seat.ready and seat.cwd is None and extras.wants_roots(ctx):
             seat.cwd = await extras.first_root(ctx) or ""
 
-        meta = _context(ctx, params)
+        meta, who = _context(ctx, params), _principal(ctx)
 
         async def work() -> dict[str, Any]:
-            return await self.face.call(seat, params.name, args, meta)
+            return await self.face.call(seat, params.name, args, meta,
+                                        who.may_call if who is not None else None)
         try:
             if extras.progress_token(params) is not None:
                 res = await extras.with_progress(
