@@ -26,6 +26,7 @@ def tools():
     d = tools_dir()
     add_tool(d, "echo", "#!/bin/sh\ncat\n", {"readOnly": True})
     add_tool(d, "fail", "#!/bin/sh\nexit 3\n")
+    add_tool(d, "nap", "#!/bin/sh\nexec sleep 30\n")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -82,6 +83,29 @@ def test_serve_metrics_over_http(tools):
         m = samples(urllib.request.urlopen(url, timeout=10).read().decode())
         assert m[("toolsrv_calls_total", (("outcome", "ok"), ("tool", "echo")))] == 1
         assert m[("toolsrv_sessions", ())] == 1
+    finally:
+        stop_clean(app)
+
+
+def test_a_running_call_is_counted_while_it_runs(tools):
+    app = AppThread([tools], metrics="127.0.0.1:0").start()
+    try:
+        with Client.connect(app.addr) as c:
+            c.mkdir("session/s")
+            c.mkdir("session/s/agent/a")
+            c.rdwr("session/s/agent/a/ctl", b"tool_load nap")
+            c.write("session/s/agent/a/tools/nap/call", b"{}")
+            assert wait_for(lambda: c.read("session/s/agent/a/tools/nap/status")
+                            .startswith(b"running"))
+            url = f"http://127.0.0.1:{app.app.metrics_port}/metrics"
+            for text in (c.read("metrics").decode(),          # on the loop, and off it
+                         urllib.request.urlopen(url, timeout=10).read().decode()):
+                m = samples(text)
+                assert m[("toolsrv_runs", (("state", "running"),))] == 1
+                assert ("toolsrv_calls_total", (("outcome", "ok"), ("tool", "nap"))) not in m
+            c.rdwr("session/s/agent/a/ctl", b"cancel nap")
+            assert wait_for(lambda: samples(c.read("metrics").decode()).get(
+                ("toolsrv_calls_total", (("outcome", "killed"), ("tool", "nap")))) == 1)
     finally:
         stop_clean(app)
 
