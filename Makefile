@@ -15,7 +15,7 @@ EDITABLE := --config-settings editable_mode=strict
 MODULES := $(sort $(shell find toolsrv -name '*.py'))
 MODLIST := build/.modules
 
-.PHONY: run test test-slow deploy-check bench clean man FORCE
+.PHONY: run test test-slow deploy-check image bench clean man FORCE
 .DEFAULT_GOAL := $(STAMP)
 
 $(MODLIST): FORCE
@@ -45,6 +45,12 @@ test: $(STAMP)
 
 deploy-check: $(STAMP)
 	bash tests/deploy/check.sh
+
+# The OCI image (deploy/image.sh): a Debian rootfs from mmdebstrap plus the wheel, imported
+# into podman as localhost/toolsrv:KEY; rebuilt only when the wheel changes.  Its test,
+# tests/deploy/test_image.py, is slow (make test-slow); doc/hosts.md, Running a fleet.
+image: $(STAMP)
+	bash deploy/image.sh
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow $(ARGS)
