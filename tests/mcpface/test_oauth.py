@@ -288,3 +288,24 @@ def test_search_finds_only_what_the_principal_may_call(server, keys, tmp_path):
         assert r.status_code == 403 and 'scope="tools:call:fail"' in r.headers["www-authenticate"]
     finally:
         f.stop()
+
+
+def test_the_typescript_sdk_client_with_a_token(face, keys):
+    """The TypeScript SDK's client (tests/mcpface/ts/oauth.mjs, installed as
+    test_ts_sdk.py installs it) with the token in its request headers: the good one lists
+    and calls, an expired one is refused at connect with the 401."""
+    from test_ts_sdk import install
+    prefix = install()
+    shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ts", "oauth.mjs"),
+                os.path.join(prefix, "oauth.mjs"))
+    good = mint(face, keys, scope="tools:list tools:call:echo")
+    expired = mint(face, keys, exp=int(time.time()) - 3600, iat=int(time.time()) - 7200)
+    import subprocess
+    p = subprocess.run(["node", os.path.join(prefix, "oauth.mjs"), face.url, good, expired],
+                       capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["names"] == ["echo"]
+    assert out["echo"]["isError"] is False and json.loads(out["echo"]["text"]) == {"from": "ts"}
+    assert out["bad"]["code"] == 401, out["bad"]
+    assert "invalid token: the token has expired" in out["bad"]["message"]
