@@ -309,3 +309,11 @@ def test_the_typescript_sdk_client_with_a_token(face, keys):
     assert out["echo"]["isError"] is False and json.loads(out["echo"]["text"]) == {"from": "ts"}
     assert out["bad"]["code"] == 401, out["bad"]
     assert "invalid token: the token has expired" in out["bad"]["message"]
+
+
+def test_a_face_on_every_address_needs_its_audience_named(server, tmp_path, keys):
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [_jwk(keys["rsa"], "k1")]}))
+    with pytest.raises(RuntimeError, match="--oauth-audience: give the URL clients reach"):
+        HttpFace("-a", server.addr, "--http", "0.0.0.0:0", "--listen-any", "--oauth-issuer",
+                 ISSUER, "--oauth-jwks", str(jwks))

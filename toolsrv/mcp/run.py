@@ -113,9 +113,14 @@ def mcp_main(args: Any) -> int:
 def _oauth(args: Any, sock: Any) -> Any:
     """oauth.py's OAuth of --oauth-issuer, --oauth-jwks (its keys read now) and
     --oauth-audience (default the face's own URL); None when it cannot be (said)."""
+    import ipaddress
     from .http import face_url
     from .oauth import OAuth, BadOAuth
     try:
+        if not args.oauth_audience and ipaddress.ip_address(
+                sock.getsockname()[0]).is_unspecified:
+            raise BadOAuth(f"--oauth-audience: give the URL clients reach this face at (it "
+                           f"listens on {sock.getsockname()[0]}, which names no host)")
         oauth = OAuth(args.oauth_issuer, args.oauth_jwks,
                       args.oauth_audience or face_url(sock))
         oauth.keys.load()
