@@ -64,6 +64,19 @@ def test_nodes_at_the_bound_pass_and_one_more_is_refused():
         "(make it smaller)")
 
 
+def test_the_count_comes_first_and_takes_any_json():
+    """Counted before jsonschema's check_schema walks it (far costlier per node): a big
+    schema that is also invalid is refused by its size; one malformed is counted all the
+    same, without an error of the count's own."""
+    meta = {"description": "d", "cmd": "true", "args": {"type": "object", "properties": {
+        "x": {"type": "strin", "enum": list(range(NODES_MAX))}}}}
+    with pytest.raises(MetaError, match=rf"^args: {NODES_MAX + 6:,} JSON values, past"):
+        parse_meta(json.dumps(meta).encode())
+    odd = {"$schema": "nonsense", "$id": 5, "properties": {"a": {"$ref": 7}, "b": {
+        "$id": "x:y", "$ref": "#/%%/~9"}, "c": {"$dynamicRef": "#nowhere"}}}
+    assert cost_refusal(odd) is None
+
+
 def test_the_registry_lists_it_in_tools_errors_by_its_count():
     meta = {"description": "d", "cmd": "true", "args": fan(16)}
     with pytest.raises(MetaError, match=r"^args: its \$refs expand to 262,143 subschemas"):

@@ -165,6 +165,7 @@ def check_args(v: Any, where: str = "args") -> dict[str, Any]:
     A remote host's tools get the same (hosts/remote.py)."""
     if not isinstance(v, dict):
         raise MetaError(f"{where}: must be an object (a JSON Schema), not {json_kind(v)}")
+    _check_cost(v, where)
     check_schema(v, where)
     check_refs(v, where)
     t = v.get("type", "object")
@@ -179,10 +180,8 @@ def _output_schema(v: Any, where: str) -> dict[str, Any]:
     structuredContent): checked as `args` is, and it must describe an object."""
     if not isinstance(v, dict):
         raise MetaError(f"{where}: must be an object (a JSON Schema), not {json_kind(v)}")
+    _check_cost(v, where)
     check_schema(v, where)
-    cost = cost_refusal(v)
-    if cost:
-        raise MetaError(f"{where}: {cost}")
     if v.get("type") != "object":
         raise MetaError(f'{where}.type: must be "object" (MCP\'s structured content is '
                         f"one JSON object), not {json.dumps(v.get('type'))}")
@@ -383,8 +382,7 @@ _verdicts: dict[str, str | None] = {}
 
 def check_refs(schema: dict[str, Any], where: str = "args") -> None:
     """Raise MetaError naming the first `$ref` that would not resolve inside the schema
-    (toolsrv never fetches one: schemaref.py), a loop of refs, or a cost past the bounds
-    (schemacost.py: its node and path counts)."""
+    (toolsrv never fetches one: schemaref.py), or a loop of refs."""
     outside = outside_refs(schema)
     if outside:
         raise MetaError(f"{where}: $ref to {outside[0]} {REASON}")
@@ -392,6 +390,11 @@ def check_refs(schema: dict[str, Any], where: str = "args") -> None:
     if loop:
         raise MetaError(f"{where}: $refs loop without end: {' -> '.join(loop)} (validation "
                         "would never finish; break the loop)")
+
+
+def _check_cost(schema: dict[str, Any], where: str) -> None:
+    """Raise MetaError when the schema costs past schemacost's bounds: checked before
+    anything else walks it (jsonschema's check_schema costs far more per node)."""
     cost = cost_refusal(schema)
     if cost:
         raise MetaError(f"{where}: {cost}")

@@ -14,7 +14,8 @@ never enter the args are refused by schemaref.ref_loop) counts once; what such a
 costs grows with the args, and the validation's step budget (schemaref.bounded) bounds it.
 
 The registry (metafile.check_args), `import-mcp` and a remote host's tools (hosts/
-remote.py) refuse a schema past NODES_MAX nodes or PATHS_MAX paths, naming the count.
+remote.py) refuse a schema past NODES_MAX nodes or PATHS_MAX paths, naming the count,
+before anything else walks it: the count takes any JSON, valid schema or not.
 """
 from __future__ import annotations
 
@@ -67,7 +68,12 @@ def _paths(schema: Any, has_refs: bool) -> int:
     """The subschemas of schema with its refs expanded, memoised per node (see header)."""
     if not isinstance(schema, dict):
         return 1
-    refs = _Refs(schema) if has_refs else None
+    refs = None
+    if has_refs:
+        try:
+            refs = _Refs(schema)
+        except Exception:           # a root check_schema refuses next ("$id": 5): no refs
+            refs = None
     done: dict[int, int] = {}
     active: set[int] = {id(schema)}
     frames: list[list[Any]] = [[schema, _children(schema, refs, refs and refs.root), 1]]
@@ -109,8 +115,11 @@ class _Refs:
 
     def enter(self, node: dict[str, Any], resolver: Any) -> Any:
         """The resolver inside node (a new base when it has an id)."""
-        if ("$id" in node or "id" in node) and self.spec.id_of(node) is not None:
-            resolver = resolver.in_subresource(self.spec.create_resource(node))
+        if "$id" in node or "id" in node:
+            try:
+                resolver = resolver.in_subresource(self.spec.create_resource(node))
+            except Exception:           # an id check_schema refuses ("id": {}): no base
+                return resolver
             self.kept.append(resolver)
         return resolver
 
@@ -118,12 +127,11 @@ class _Refs:
         """(target, its resolver), or None when it does not resolve."""
         key = (ref, id(resolver))
         if key not in self.seen:
-            from referencing.exceptions import Unresolvable
             try:
                 got = resolver.lookup(ref)
                 self.seen[key] = (got.contents, got.resolver)
-            except Unresolvable:        # refused where it enters (schemaref.outside_refs)
-                self.seen[key] = None
+            except Exception:           # unresolved: refused where it enters (outside_refs),
+                self.seen[key] = None   # or a schema not yet checked (counted before it is)
         return self.seen[key]
 
 
