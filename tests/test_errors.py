@@ -109,7 +109,7 @@ def test_a_reply_that_cannot_be_encoded_becomes_an_internal_error(caplog):
             return False
 
     p = NinePProtocol.__new__(NinePProtocol)
-    p.batch, p.transport, p.conn = None, Transport(), None
+    p.batch, p.transport, p.conn, p.gate = None, Transport(), None, None
     p._send(Rerror(3, "bad\0"))
     assert decode(p.transport.out[0])[0] == Rerror(3, E.EINTERNAL)
     assert "reply cannot be encoded" in caplog.text
