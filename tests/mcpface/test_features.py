@@ -142,7 +142,7 @@ def test_the_agent_log_is_a_resource_with_updates(server):
             return s.server_capabilities, listed, r
     caps, listed, r = anyio.run(go)
     assert caps.resources is not None and caps.resources.subscribe is True
-    assert [str(x.uri) for x in listed] == ["toolsrv://agent/log"]
+    assert [str(x.uri) for x in listed] == ["toolsrv://agent/log", "toolsrv://agent/tools.py"]
     log = r.contents[0].text
     assert 'call pure {"logged": 1}' in log and "-> ok" in log, log
 

@@ -66,7 +66,7 @@ def test_the_typescript_sdk_client_over_http(sdk, server, tools):  # noqa: F811
     assert out["statsSchema"] == STATS
     assert out["stats"] == {"isError": False, "structuredContent": {"n": 3}}
     assert out["prompts"] == ["pure"] and out["prompt"] == "Use pure to echo things back."
-    assert out["resources"] == ["toolsrv://agent/log"]
+    assert out["resources"] == ["toolsrv://agent/log", "toolsrv://agent/tools.py"]
     assert out["updated"] == "toolsrv://agent/log" and "call pure" in out["log"]
     assert out["slow"]["text"].strip() == "done" and len(out["slow"]["progress"]) >= 2
     assert "timed out" in out["slowWithoutReset"].lower(), out["slowWithoutReset"]

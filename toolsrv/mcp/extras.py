@@ -13,6 +13,9 @@ Theory of operation.
              its agent is made then).  A client that subscribes gets
              notifications/resources/updated after each call of its connection ends
              (a call is what writes the log).
+  tools.py   resources/list lists `toolsrv://agent/tools.py` too: the agent's tools.py
+             (toolsrv(4)), every tool the connection may call loaded for it first
+             (face.tools_py), the module a `script` call imports as `tools`.
   roots      a client that declares `roots` is asked for them (roots/list) before its
              seat is made: its first `file://` root that is a directory becomes the
              session's cwd.  notifications/roots/list_changed asks again and moves the
@@ -41,6 +44,7 @@ from mcp.shared.exceptions import MCPError
 log = logging.getLogger("toolsrv.mcp")
 
 LOG_URI = "toolsrv://agent/log"
+TOOLS_URI = "toolsrv://agent/tools.py"
 PROGRESS_EVERY = 4.0          # seconds between notifications/progress (at most 5)
 POLL = 1.0                    # seconds between reads of a call's status, for its progress
 T = TypeVar("T")
@@ -70,15 +74,20 @@ def resource_list() -> types.ListResourcesResult:
         "uri": LOG_URI, "name": "log", "title": "This connection's agent log",
         "mimeType": "text/plain",
         "description": "toolsrv's log of this connection's agent: one line per call "
-                       "(time, tool, arguments, outcome)"}]})
+                       "(time, tool, arguments, outcome)"}, {
+        "uri": TOOLS_URI, "name": "tools.py", "title": "This connection's tools as Python",
+        "mimeType": "text/x-python",
+        "description": "The module a `script` call imports as `tools`: one function per "
+                       "tool this connection may call, typed and documented (code mode)"}]})
 
 
 def resource_contents(uri: str, text: str) -> types.ReadResourceResult:
-    if uri != LOG_URI:
+    if uri not in (LOG_URI, TOOLS_URI):
         raise MCPError(types.INVALID_PARAMS, f"unknown resource: {uri} (resources/list "
                        "lists them)")
+    kind = "text/plain" if uri == LOG_URI else "text/x-python"
     return types.ReadResourceResult.model_validate(
-        {"contents": [{"uri": LOG_URI, "mimeType": "text/plain", "text": text}]})
+        {"contents": [{"uri": uri, "mimeType": kind, "text": text}]})
 
 
 # -- roots --

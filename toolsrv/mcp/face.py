@@ -56,6 +56,7 @@ class Unavailable(Exception):
     """The 9P server does not answer (hung up, and dialling again failed)."""
 
 
+SCRIPT_TOOL = "script"          # code mode: a call of it loads every tool served first
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -257,6 +258,41 @@ class Face:
         except (NinePError, ConnectionError, Unavailable):
             return ""
 
+    async def tools_py(self, seat: Seat, may: Callable[[str], bool] | None = None) -> str:
+        """The seat's agent's tools.py, every tool the face serves (those `may` allows)
+        loaded for it first: what a `script` of this connection imports ("" when toolsrv
+        cannot be read)."""
+        try:
+            async with seat.lock:
+                if not seat.ready:
+                    await self._make(seat)
+            await self._load_all(seat, may)
+            return (await (await self.conn()).read(f"{seat.base}/tools.py")).decode(
+                errors="replace")
+        except (NinePError, ConnectionError, Unavailable):
+            return ""
+
+    async def _load_all(self, seat: Seat, may: Callable[[str], bool] | None) -> None:
+        """Load for the seat's agent every tool the face serves that `may` allows (one
+        that will not load, one at a time, is left out)."""
+        todo = [n for n in await self.registry() if n not in seat.loaded
+                and (may is None or may(n))]
+        if not todo:
+            return
+        nine = await self.conn()
+        try:
+            await nine.rdwr(f"{seat.base}/ctl", ("tool_load " + " ".join(todo)).encode())
+            seat.loaded.update(todo)
+            return
+        except NinePError:
+            pass
+        for n in todo:
+            try:
+                await nine.rdwr(f"{seat.base}/ctl", f"tool_load {n}".encode())
+                seat.loaded.add(n)
+            except NinePError:
+                pass
+
     async def status(self, seat: Seat, name: str, args: Any = None) -> str | None:
         """The status line of the seat's latest call of `name` (call_tool's in --search
         mode: the tool it names), or None before the seat is made or on an error."""
@@ -320,14 +356,15 @@ class Face:
         if meta:
             args["_meta"] = meta
         try:
-            return await self._call(seat, name, args, by_name)
+            return await self._call(seat, name, args, by_name, may)
         except Unavailable as e:
             return error_result(str(e))
         except ConnectionError as e:     # hung up mid-way: dialled again on the next call
             return error_result(f"toolsrv at {self.where} hung up: {e}")
 
     async def _call(self, seat: Seat, name: str, args: dict[str, Any],
-                    by_name: bool = False) -> dict[str, Any]:
+                    by_name: bool = False, may: Callable[[str], bool] | None = None
+                    ) -> dict[str, Any]:
         if name not in await self.registry() and name not in await self.registry(fresh=True):
             if by_name:                 # call_tool's argument: an error of that call
                 return error_result(f"call_tool: unknown tool: {name}; "
@@ -349,6 +386,8 @@ class Face:
                 if name not in seat.loaded:
                     await nine.rdwr(f"{seat.base}/ctl", f"tool_load {name}".encode())
                     seat.loaded.add(name)
+                if name == SCRIPT_TOOL:         # its `import tools` is every tool served
+                    await self._load_all(seat, may)
                 out = await nine.rdwr(f"{seat.base}/tools/{name}/call", data)
             except NinePError as e:
                 if "no such tool" in str(e):

@@ -240,9 +240,16 @@ class Wiring:
 
     async def read_resource(self, ctx: Any, params: Any) -> types.ReadResourceResult:
         uri = str(params.uri)
-        if uri != extras.LOG_URI:
+        if uri not in (extras.LOG_URI, extras.TOOLS_URI):
             return extras.resource_contents(uri, "")
         seat, once = self.seat_of(ctx)
+        if uri == extras.TOOLS_URI:
+            who = _principal(ctx)
+            text = await self.face.tools_py(seat, who.may_call if who is not None else None)
+            if once:                        # a 2026-era request over HTTP: its own seat
+                with anyio.move_on_after(5, shield=True):
+                    await self.face.release(seat)
+            return extras.resource_contents(uri, text)
         if once:                            # a 2026-era request over HTTP: nothing logged
             self.face.seats.discard(seat)
             return extras.resource_contents(uri, "")
