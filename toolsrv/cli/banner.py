@@ -45,6 +45,14 @@ def _no_cgroups(app: Any) -> str | None:
             "Delegate=yes toolsrv serve): doc/sandbox.md")
 
 
+def _shortfalls(runner: Any) -> list[str]:
+    """What the runner found at start that it could not get: the tools' uid (every call
+    refused), rlimits above the server's hard ones (lowered)."""
+    uid, limits = (getattr(runner, name, lambda: None)() for name in ("uid_problem",
+                                                                       "limits_note"))
+    return [f"toolsrv: {x}" for x in (uid and f"every call is refused: {uid}", limits) if x]
+
+
 def _audit(app: Any) -> str:
     """Where the audit trail goes, or why there is none."""
     trail = getattr(app, "audit", None)
@@ -93,6 +101,7 @@ def banner(app: Any) -> str:
         lines.append(f"toolsrv: search: {search_mode()} (see: {cmd('search', 'read a file')})")
     if app.runner is not None and hasattr(app.runner, "summary"):
         lines.append(f"toolsrv: sandbox: {app.runner.summary()}")
+        lines += _shortfalls(app.runner)
         lines += filter(None, [_no_cgroups(app)])
     lines.append("toolsrv: try, in another terminal (a session that `call` makes works in "
                  "the directory you call from; --cwd DIR to choose):")

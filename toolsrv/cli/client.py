@@ -9,7 +9,6 @@ and then reads back on the same fid, the way agents call tools.
 """
 from __future__ import annotations
 
-import getpass
 import os
 import socket
 import threading
@@ -58,7 +57,7 @@ class Client:
         self._reader = threading.Thread(target=self._read_loop, daemon=True)
         self._reader.start()
         self.root = 0
-        uname = uname or getpass.getuser()
+        uname = uname or dial.user_name()
         afid = self._authenticate(secret, uname, aname) if secret else NOFID
         self.rpc(Tattach(0, self.root, afid, uname, aname))
         if afid != NOFID:

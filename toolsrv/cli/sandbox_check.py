@@ -2,18 +2,34 @@
 #
 # Theory of operation.  It resolves a sandbox profile as a call would (run/sandbox.py:
 # load_profile, placeholder_values, Profile.resolve), asks the kernel what it offers
-# (landlock_status, a per-run cgroup, the seccomp program), and prints the paths, the
-# network rule and a verdict: enforced, degraded (a best_effort profile) or refused.  It
-# runs no tool and starts no server.
+# (landlock_status; then the launcher a server would start, started and stopped: its PID
+# namespaces, the switch to the tools' uid as root, a per-run cgroup, seccomp, each tried
+# for real), and prints the paths, the network rule and a verdict: enforced, degraded (a
+# best_effort profile) or refused.  It runs no tool and starts no server.
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 
-from ..run.kernel.cgroups import RunGroups
-from ..run.kernel.seccomp import program
+from ..run.launcher import LauncherDied
+from ..run.runner import Runner
 from ..run.sandbox import (ProfileError, landlock_status, load_profile, missing_parts,
                            placeholder_values)
+
+
+def _started() -> Runner:
+    """A runner as a server's, its launcher started (what it could get, tried for real,
+    as at a server's start) and stopped again; raises ValueError or LauncherDied."""
+    runner = Runner()
+
+    async def once() -> None:
+        try:
+            await runner.launcher.ensure()
+        finally:
+            await runner.launcher.close()
+    asyncio.run(once())
+    return runner
 
 
 def sandbox_check_main(argv: list[str]) -> int:
@@ -47,12 +63,24 @@ def sandbox_check_main(argv: list[str]) -> int:
           + (" (udp/raw blocked by an empty network namespace)" if policy.network == "none"
              and netns else ""))
     print("  env: " + " ".join(profile.env))
-    groups = RunGroups.setup()
-    print(f"  per-run cgroup: {groups.kind if groups.bases else 'none (' + groups.why + ')'}"
-          + ("" if groups.bases else "; RLIMIT_NPROC, counted per uid, is the only process "
-             "bound"))
-    groups.close()
-    print(f"  no ptrace in a run (seccomp): {'yes' if program() else 'no (unknown arch)'}")
+    try:
+        runner = _started()
+    except (ValueError, LauncherDied) as e:
+        print(f"verdict: refused: {e}")
+        return 1
+    la = runner.launcher
+    print(f"  per-run cgroup: {la.cgroups}" + ("; RLIMIT_NPROC, counted per uid, is the only "
+          "process bound" if la.cgroups.startswith("none") else ""))
+    print(f"  no ptrace in a run (seccomp): {'yes' if la.seccomp else 'no (unknown arch)'}")
+    uid = runner.tool_uid()
+    print(f"  pid namespace per run: {runner.pidns_text()}")
+    who = f"uid {uid[0]}" if uid else "the server's uid"
+    print(f"  tools run as {who}" + (f": no ({la.uid_switch})" if la.uid_switch else ""))
+    for line in filter(None, [runner.limits_note()]):
+        print(f"  {line}")
+    if runner.uid_problem():
+        print(f"verdict: refused: every call: {runner.uid_problem()}")
+        return 1
     missing = missing_parts(policy, status, netns)
     if not missing:
         print("verdict: enforced")

@@ -30,7 +30,6 @@ file.
 from __future__ import annotations
 
 import asyncio
-import getpass
 import os
 from typing import Any
 
@@ -108,7 +107,7 @@ class NineP(asyncio.Protocol):
                 from ..serve.auth import load_secret
                 secret = load_secret(os.environ["TOOLSRV_SECRET_FILE"])
         try:
-            await proto._start(uname or getpass.getuser(), secret)
+            await proto._start(uname or dial.user_name(), secret)
         except BaseException as e:
             proto.close()
             if a.kind == "tls" and type(e) is ConnectionError:   # hung up before Rversion

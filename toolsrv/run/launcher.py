@@ -89,6 +89,8 @@ class Launcher:
         self.cgroups = "none"
         self.seccomp = False
         self.idmap = "not needed"
+        self.uid_switch: str | None = None  # why an init cannot switch to the tools' uid
+        self.userns = False  # the PID namespaces come through a user namespace of its own
         self.restarts = 0  # launchers killed for not answering
         self.zygote_pid: int | None = None
         self._refs: dict[tuple, int] = {}  # fixed path lists named so far
@@ -158,6 +160,7 @@ class Launcher:
         self.pidns, self.netns = hello["pidns"], hello["netns"]
         self.cgroups, self.seccomp = hello.get("cgroups", "none"), hello.get("seccomp", False)
         self.idmap = hello.get("idmap", "not needed")
+        self.uid_switch, self.userns = hello.get("uid_switch"), hello.get("userns", False)
         self.zygote_pid = proc.pid
         self._sock, self._proc = parent, proc
         self._asked = SPARE_INITS  # the zygote makes these at its start

@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import pwd
+import resource
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -139,6 +140,7 @@ class Runner:
                             "memlock"):
                 raise ValueError(f"rlimits: unknown limit {name!r}")
         self.status = landlock_status()
+        self.clamped: list[tuple[str, int, int]] = []  # (limit, what runs get, not what)
         self._uid = self._resolve_uid()
         # A root server maps the grants its tools' uid cannot reach (toolsrv/run/kernel/idmap.py).
         self.planner = Planner(*self._uid) if self._uid else None
@@ -155,13 +157,48 @@ class Runner:
     def _launcher_limits(self) -> dict[str, int]:
         """The server-wide rlimits, which the zygote takes on itself and passes to every tool.
 
-        The zygote must still work under them, hence floors; cpu is set per run instead."""
+        The zygote must still work under them, hence floors; cpu is set per run instead.
+        A limit above the server's own hard limit, which no process of it may raise, is
+        lowered to that (self.clamped, which the banner tells)."""
         limits = {k: v for k, v in self.config.rlimits.items() if k != "cpu"}
+        for name, value in limits.items():
+            hard = resource.getrlimit(getattr(resource, f"RLIMIT_{name.upper()}"))[1]
+            if hard != resource.RLIM_INFINITY and hard < value:
+                limits[name] = hard
+                self.clamped.append((name, hard, value))
         for name, floor in (("nofile", 64), ("as", 256 << 20), ("data", 256 << 20),
                             ("stack", 1 << 20), ("nproc", 64)):
             if name in limits and limits[name] < floor:
-                raise ValueError(f"rlimits: {name} below {floor} would starve the launcher")
+                want = [w for n, _, w in self.clamped if n == name]
+                raise ValueError(f"rlimits: {name} below {floor} would starve the launcher"
+                                 + (f" (the server's hard limit is {limits[name]}: raise it, "
+                                    f"e.g. --ulimit {name}={want[0]}:{want[0]} in a container)"
+                                    if want else ""))
         return limits
+
+    def limits_note(self) -> str | None:
+        """The line that says which rlimits runs get lower than asked, and why."""
+        if not self.clamped:
+            return None
+        got = "; ".join(f"{name} {have}, not {want}" for name, have, want in self.clamped)
+        many = len(self.clamped) > 1
+        return (f"runs get {got}: the server's hard limit{'s' if many else ''} (raise "
+                f"{'them' if many else 'it'} before the server starts: prlimit, or --ulimit "
+                "in a container)")
+
+    def uid_problem(self) -> str | None:
+        """Why every call is refused, when the launcher found it cannot switch to the
+        tools' uid: what failed and the remedy; None when it can (or need not)."""
+        why = self.launcher.uid_switch
+        if not self._uid or not why:
+            return None
+        head = f"tools run as uid {self._uid[0]}, and the switch to it fails here ({why})"
+        if self.launcher.userns:
+            return (f"{head}: without CAP_SYS_ADMIN the runs' namespaces are made in a user "
+                    "namespace that maps root alone; the remedy: --cap-add SYS_ADMIN in a "
+                    "container, or serve as an ordinary user (tools then run as it)")
+        return (f"{head}; the remedy: CAP_SETUID and CAP_SETGID for the server (--cap-add "
+                "in a container), or serve as an ordinary user (tools then run as it)")
 
     def _resolve_uid(self) -> tuple[int, int] | None:
         who = self.config.run_as
@@ -183,7 +220,9 @@ class Runner:
         """One line for the start-up log: Landlock parts and the containment in use."""
         la = self.launcher
         who = f"uid {self._uid[0]}" if self._uid else "the server's uid"
-        return (f"{self.status}; pid namespace per run: {'yes' if la.pidns else 'no'}; "
+        if self.uid_problem():
+            who += f": no ({la.uid_switch})"
+        return (f"{self.status}; pid namespace per run: {self.pidns_text()}; "
                 f"no-network netns: {'yes' if la.netns else 'no'}; "
                 f"per-run cgroup: {la.cgroups}; "
                 f"no ptrace in a run (seccomp): {'yes' if la.seccomp else 'no'}; "
@@ -192,6 +231,12 @@ class Runner:
                 + ("warm (a fork of a warm interpreter)" if self.config.warm else
                    "cold (--no-warm)")
                 + "; resident ones (the bundled file tools) in an interpreter per agent")
+
+    def pidns_text(self) -> str:
+        """Whether runs get a PID namespace of their own: none does when none starts."""
+        if self.uid_problem():
+            return "no (no run starts: the uid switch fails)"
+        return "yes" if self.launcher.pidns else "no"
 
     def check(self) -> None:
         """Prove the scratch base ours now (trusted.open_dir); raises trusted.Untrusted."""

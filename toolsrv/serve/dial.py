@@ -70,15 +70,22 @@ def namespace(env: dict[str, str] | None = None) -> str:
     env = dict(os.environ) if env is None else env
     if env.get("NAMESPACE"):
         return env["NAMESPACE"]
-    if env.get("USER"):
-        user = env["USER"]
-    else:
-        import getpass
-        user = getpass.getuser()
+    user = env.get("USER") or user_name()
     display = env.get("DISPLAY") or ":0"
     if display.endswith(".0"):
         display = display[:-2]
     return f"/tmp/ns.{user}.{display.replace('/', '_')}"
+
+
+def user_name() -> str:
+    """Who we are, as a 9P uname and in the namespace's name: getpass.getuser() ($LOGNAME,
+    $USER, ..., then the passwd entry), or "uid:NNNN" for a uid with no passwd entry (a
+    container's arbitrary uid), where getuser() raises."""
+    import getpass
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):   # OSError from 3.13 on
+        return f"uid:{os.getuid()}"
 
 
 def default_addr(env: dict[str, str] | None = None) -> Addr:

@@ -174,12 +174,7 @@ def _confine_and_spawn(ctx: Context, msg: dict, fds: list[int], ruleset: int) ->
                 idmap.fresh_proc(ctx.pidns)
         if uid is not None:
             step = "uid"
-            if _SYSNO is None:
-                raise OSError(errno.ENOSYS, f"uid switch unsupported on {os.uname().machine}")
-            gid = msg["gid"]
-            check(_syscall3(_SYSNO[0], 0, 0, 0))
-            check(_syscall3(_SYSNO[2], gid, gid, gid))
-            check(_syscall3(_SYSNO[1], uid, uid, uid))
+            switch_uid(uid, msg["gid"])
         confine_rest(msg["cwd"], ruleset, bool(msg.get("nnp")), ctx.filter)
         step = "exec: " + msg["argv"][0]
         pid = os.posix_spawn(
@@ -200,6 +195,40 @@ def _confine_and_spawn(ctx: Context, msg: dict, fds: list[int], ruleset: int) ->
         except OSError:
             pass  # it has ended already
     return pid
+
+
+def switch_uid(uid: int, gid: int) -> None:
+    """This thread to uid and gid, with no supplementary groups (raw syscalls: glibc's
+    wrappers would change every thread); the OSError names the call that failed."""
+    if _SYSNO is None:
+        raise OSError(errno.ENOSYS, f"uid switch unsupported on {os.uname().machine}")
+    for name, nr, arg in (("setgroups", _SYSNO[0], 0), ("setresgid", _SYSNO[2], gid),
+                          ("setresuid", _SYSNO[1], uid)):
+        if _syscall3(nr, arg, arg, arg):  # setgroups(0, NULL): no groups
+            err = ctypes.get_errno()
+            raise OSError(err, f"{name}: {os.strerror(err)}")
+
+
+def probe_uid(uid: int, gid: int) -> str | None:
+    """Whether an init may switch to uid and gid, tried in a throw-away child as a run's
+    thread does (switch_uid): None, or what failed ("setgroups: Operation not permitted")."""
+    r, w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            switch_uid(uid, gid)
+        except OSError as e:
+            os.write(w, str(e.strerror or e).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        why = os.read(r, 512).decode(errors="replace")
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    return why or None
 
 
 def _warm_up(sock: socket.socket, ctx: Context, msg: dict, fds: list[int]) -> NoReturn:

@@ -71,7 +71,8 @@ class Zygote:
     """The launcher's state: control socket, the inits it forked, namespace handles."""
 
     def __init__(self, sock: socket.socket, in_pidns: bool, namespaces: bool = True,
-                 groups: dict | None = None, idmap: list[int] | None = None) -> None:
+                 groups: dict | None = None, idmap: list[int] | None = None,
+                 userns: bool = False) -> None:
         self.sock = sock
         self.rbuf = mmap.mmap(-1, MAX_PACKET, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.inits: dict[int, list[str]] = {}  # every init not yet reaped -> its cgroup
@@ -82,6 +83,10 @@ class Zygote:
         netns = self._make_empty_netns() if namespaces else -1
         self.groups = RunGroups.from_options(groups or {})
         self.idmap_why = "not needed"
+        self.userns = userns  # our PID namespace came through a user namespace of our own
+        # A root server's tools' uid: an init switches to it, so try that once now (cheap:
+        # one fork of this small process), as the server says at start what it could not get.
+        self.uid_switch = runinit.probe_uid(*idmap) if idmap else None
         userns = -1
         if idmap:  # a root server's tools' uid: the user namespace of its idmapped mounts
             try:
@@ -132,7 +137,8 @@ class Zygote:
         groups = self.groups.kind if self.groups.bases else f"none ({self.groups.why})"
         return {"op": "hello", "pidns": self.pidns, "netns": self.ctx.netns >= 0,
                 "cgroups": groups, "seccomp": self.ctx.filter.available,
-                "idmap": self.idmap_why}
+                "idmap": self.idmap_why, "uid_switch": self.uid_switch,
+                "userns": self.userns}
 
     def serve(self) -> None:
         # SIGCHLD is blocked (posix_spawn clears the mask for the tool) and read from a
@@ -306,11 +312,15 @@ def _check_fd(fd: int) -> int:
     return fd
 
 
-def _enter_pid_namespace(sock_fd: int) -> bool:
-    """Become pid 1 of a new PID namespace (fork once; the parent waits and mirrors us)."""
+def _enter_pid_namespace(sock_fd: int) -> str:
+    """Become pid 1 of a new PID namespace (fork once; the parent waits and mirrors us):
+    "pid", or "user" when it took a user namespace of our own that maps our uid alone
+    (without CAP_SYS_ADMIN), or "" when neither could be made."""
+    route = "pid"
     try:
         _call("unshare", CLONE_NEWPID)
     except OSError:
+        route = "user"
         uid, gid = os.getuid(), os.getgid()
         try:  # unprivileged: a user namespace mapping only ourselves grants the right
             _call("unshare", CLONE_NEWUSER | CLONE_NEWPID)
@@ -320,7 +330,7 @@ def _enter_pid_namespace(sock_fd: int) -> bool:
                 with open(path, "w") as f:
                     f.write(text)
         except OSError:
-            return False
+            return ""
     life_r, life_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid:
@@ -333,7 +343,7 @@ def _enter_pid_namespace(sock_fd: int) -> bool:
     if select.select([life_r], [], [], 0)[0]:
         os._exit(0)  # the bootstrap died before PDEATHSIG was armed
     os.close(life_r)
-    return True
+    return route
 
 
 def main(argv: list[str]) -> None:
@@ -350,10 +360,11 @@ def main(argv: list[str]) -> None:
     _call("prctl", PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(0)
-    in_pidns = namespaces and _enter_pid_namespace(sock_fd)
+    route = _enter_pid_namespace(sock_fd) if namespaces else ""
     sock = socket.socket(fileno=sock_fd)
     sock.set_inheritable(False)
-    zygote = Zygote(sock, in_pidns, namespaces, opts.get("groups"), opts.get("idmap"))
+    zygote = Zygote(sock, bool(route), namespaces, opts.get("groups"), opts.get("idmap"),
+                    route == "user")
     gc.freeze()  # what exists now is shared with every init, untouched by their collections
     if "nproc" in limits and not zygote.groups.bases:
         resource.setrlimit(RLIMITS["nproc"], tuple(limits["nproc"]))
