@@ -29,7 +29,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 PLACEHOLDERS = ("CWD", "HOME", "TMPDIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
-                "XDG_CACHE_HOME", "XDG_RUNTIME_DIR", "TOOLS", "PREFIX", "BASE_PREFIX")
+                "XDG_CACHE_HOME", "XDG_RUNTIME_DIR", "TOOLS", "PREFIX", "BASE_PREFIX", "BIN")
+# toolsrv's own commands for a run (data/bin: `tool`), {BIN}
+BIN = os.path.join(bundled.DATA, "bin")
 ACCESS_KEYS = ("ro", "rox", "rw", "rwx")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -173,6 +175,7 @@ def placeholder_values(cwd: str, tmpdir: str | None, tools: str | None,
     return {"CWD": cwd, "HOME": home, "TMPDIR": tmpdir, "TOOLS": tools,
             "PREFIX": sys.prefix,    # toolsrv's own installation (the lsp extra's servers)
             "BASE_PREFIX": sys.base_prefix,      # and its interpreter's
+            "BIN": BIN,
             "XDG_CONFIG_HOME": xdg("XDG_CONFIG_HOME", home + "/.config"),
             "XDG_DATA_HOME": xdg("XDG_DATA_HOME", home + "/.local/share"),
             "XDG_STATE_HOME": xdg("XDG_STATE_HOME", home + "/.local/state"),
