@@ -31,7 +31,7 @@ toolsrv/man/toolsrv.%: doc/toolsrv.%.md doc/mdroff.py
 $(STAMP): setup.cfg pyproject.toml $(MODLIST) $(MAN)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools
-	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[test,mcp,search,lsp]'
+	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[test,mcp,search,lsp,otel]'
 	touch $(STAMP)
 
 run: $(STAMP)

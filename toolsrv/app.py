@@ -59,7 +59,8 @@ class Options(Record):
               "max_run_memory", "max_run_pids", "max_warm_memory",
               "tls_cert", "tls_key", "tls_client_ca", "imports", "import_own_secret",
               "max_runs_per_session", "max_runs_per_agent", "max_output", "audit",
-              "audit_args", "audit_fsync", "audit_max_size", "audit_keep", "metrics")
+              "audit_args", "audit_fsync", "audit_max_size", "audit_keep", "metrics",
+              "otlp_endpoint", "span_exporter")
 
     def __init__(self, addrs: list[str] | None = None, tools: list[str] | None = None,
                  state_dir: str | None = None, msize: int = DEFAULT_MSIZE, trace: bool = False,
@@ -79,7 +80,8 @@ class Options(Record):
                  max_runs_per_agent: int | None = None, max_output: int = 10 << 20,
                  audit: str | None = "", audit_args: bool = False, audit_fsync: bool = False,
                  audit_max_size: int = 64 << 20, audit_keep: int = 5,
-                 metrics: str | None = None) -> None:
+                 metrics: str | None = None, otlp_endpoint: str | None = None,
+                 span_exporter: Any = None) -> None:
         self.addrs: list[str] = [] if addrs is None else addrs  # dial strings; empty: default
         self.tools = tools                  # search path; None: env or defaults
         self.state_dir = state_dir
@@ -129,6 +131,10 @@ class Options(Record):
         self.audit_max_size = audit_max_size    # bytes, then rotated
         self.audit_keep = audit_keep        # rotated files kept
         self.metrics = metrics              # HOST:PORT of the metrics over HTTP; None: none
+        # traces (serve/traces.py, the otel extra): OTLP/HTTP to this URL, or as OTEL_*
+        # variables say; or to this SpanExporter (the tests' in-memory one); else none
+        self.otlp_endpoint = otlp_endpoint
+        self.span_exporter = span_exporter
 
 
 def _warm_imports() -> None:
@@ -202,6 +208,7 @@ class App:
         self.audit: Any = None        # state/audit.Audit: the trail, None without one
         self.metrics: Any = None      # serve/metrics.Metrics: the root's metrics file
         self.metrics_port: int | None = None   # where --metrics listens
+        self.traces: Any = None       # serve/traces.Traces, when spans are exported
 
     def _make_registry(self) -> Any:
         from .registry.registry import Registry
@@ -302,6 +309,7 @@ class App:
                          PeerPolicy(opts.allow_uids, launcher).peer_check)
         self._start_audit(state)
         self._start_metrics()
+        self._start_traces()
 
         def factory(config: ServerConfig) -> Any:
             return lambda: NinePProtocol(self.fs, config, self.conns, self.gate,
@@ -460,6 +468,20 @@ class App:
                                  "(give --listen-any to serve the metrics beyond this host)")
             self.metrics_port = m.serve_http(host, port)
 
+    def _start_traces(self) -> None:
+        """A span per call, when configured: the SDK is imported then, never otherwise."""
+        o = self.opts
+        kind = os.environ.get("OTEL_TRACES_EXPORTER", "")
+        if not (o.span_exporter or o.otlp_endpoint or (kind != "none" if kind else any(
+                os.environ.get(f"OTEL_EXPORTER_OTLP{v}_ENDPOINT") for v in ("", "_TRACES")))):
+            return
+        try:
+            from .serve.traces import Traces
+        except ImportError as e:
+            raise ValueError(f"traces asked for (--otlp-endpoint or OTEL_*), but {e}: "
+                             "pip install 'toolsrv[otel]'") from None
+        self.traces = self.calls.sched.traces = Traces(o.otlp_endpoint, o.span_exporter)
+
     def _trace(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
@@ -512,6 +534,8 @@ class App:
             self.audit.close()
         if self.metrics is not None:      # off the loop: a scrape may be waiting on it
             await asyncio.to_thread(self.metrics.close)
+        if self.traces is not None:       # the batch sent: off the loop
+            await asyncio.to_thread(self.traces.close)
         for path in self.unix_paths:
             try:
                 os.unlink(path)

@@ -93,6 +93,8 @@ def banner(app: Any) -> str:
              f"toolsrv: state in {state} (kept across restarts)" if state else
              "toolsrv: no state kept (--no-state)",
              _audit(app),
+             *([f"toolsrv: traces: a span per call, {app.traces.where}"]
+               if getattr(app, "traces", None) is not None else []),
              f"toolsrv: {len(reg.tools)} tools loaded from {':'.join(getattr(reg, 'dirs', []))}",
              *filter(None, [_without_bundled(app, list(getattr(reg, "dirs", [])))]),
              f"toolsrv: {len(errors)} in tools/errors"

@@ -174,6 +174,9 @@ SERVE_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--metrics",), dict(metavar="HOST:PORT", help="also serve the root's metrics file "
                           "over HTTP here, for Prometheus (e.g. 127.0.0.1:9464; loopback "
                           "but with --listen-any)")),
+    (("--otlp-endpoint",), dict(metavar="URL", help="a span per call to this OTLP/HTTP "
+                                "collector (e.g. http://127.0.0.1:4318; the otel extra); "
+                                "also OTEL_EXPORTER_OTLP_ENDPOINT; default none")),
     (("--mount",), dict(metavar="DIR", help="mount with 9pfuse on start, unmount on exit")),
     (("--uvloop",), dict(action="store_true", help="run on uvloop (the fast "
                          "extra; also TOOLSRV_UVLOOP=1)")),
@@ -229,4 +232,4 @@ def serve_options(args: Any) -> Any:
                    audit=None if args.no_audit else (args.audit or ""),
                    audit_args=args.audit_args, audit_fsync=args.audit_fsync,
                    audit_max_size=args.audit_max_size, audit_keep=args.audit_keep,
-                   metrics=args.metrics)
+                   metrics=args.metrics, otlp_endpoint=args.otlp_endpoint)

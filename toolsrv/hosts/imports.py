@@ -33,6 +33,7 @@ resolve.one_line for tools/index, search and errors, NinePError for its error st
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any
@@ -393,7 +394,11 @@ class Import:
             self.loaded.add((rs, ra, tool))
 
     async def _forward(self, nine: NineP, call: Any, path: str) -> None:
-        forward = nine.call(f"{path}/call", call.stdin or b"{}", f"{path}/err")   # sent now
+        body = call.stdin or b"{}"
+        traceparent = call.trace or call.meta.get("traceparent")
+        if traceparent:       # the remote's span a child of this one: one trace across hosts
+            body = json.dumps({**call.args, "_meta": {"traceparent": traceparent}}).encode()
+        forward = nine.call(f"{path}/call", body, f"{path}/err")   # sent now
         self.forwarding += 1
         why: list[str] = []
 

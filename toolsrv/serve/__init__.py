@@ -10,6 +10,7 @@
 # connect (the peer policy) and the connection a tool is given (Internal); loopwatch.py the
 # event loop's watch on itself (its lag in /status, a stall logged with what ran);
 # metrics.py the metrics file and --metrics (prometheus_client: calls, runs, the loop).
+# traces.py a span per call (the otel extra, imported only when traces are asked for).
 #
 # May import: proto, tree/, registry/, run/, dirs/, errors, record.  Never cli/ or app.
 # Imports nothing here, so that importing one module costs that module alone.

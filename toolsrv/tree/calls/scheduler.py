@@ -83,6 +83,9 @@ class Call(Plain):
         self.turn: asyncio.Lock | None = None   # its children's turns, while it holds one
         self.lend: asyncio.Lock | None = None   # its slot, lent to one child at a time
         self.deadline: float | None = None  # when its time limit ends its run
+        self.span: Any = None               # its trace span, when traced (serve/traces.py),
+        self.arrived = self.started         # begun as it arrived
+        self.trace: str | None = None       # that span's traceparent, for its run and remotes
 
     @property
     def stdout(self) -> bytes:
@@ -190,6 +193,7 @@ class Scheduler:
         self.audit: Any = None     # the audit trail (tree/state/audit.py): each call's
                                    # record, written before its readers are woken
         self.metrics: Any = None   # serve/metrics.py: calls by tool and outcome, seconds
+        self.traces: Any = None    # serve/traces.py: a span from its arrival to its end
 
     def start(self, call: Call, tool: Any, profile_name: str) -> None:
         queued = sum(1 for c in self.live if c.state == "queued")
@@ -198,6 +202,8 @@ class Scheduler:
         if self.audit is not None:
             self.audit.check()     # a trail that cannot take the record: refused, not run
         self.live.add(call)
+        if self.traces is not None:
+            self.traces.call_started(call)
         call.task = asyncio.get_running_loop().create_task(self._run(call, tool, profile_name))
         call.task.add_done_callback(lambda _: self._end(call))   # even if cancelled unstarted
 
@@ -233,6 +239,8 @@ class Scheduler:
             self.audit.call_ended(call, self.registry.get(call.tool))
         if self.metrics is not None:
             self.metrics.call_ended(call)
+        if self.traces is not None:
+            self.traces.call_ended(call)
         self.live.discard(call)
         nested.ended(call, self.stop)
         call.done.set()
@@ -242,10 +250,10 @@ class Scheduler:
                 fn()
             except Exception:
                 log.exception("a reader of the call of %s failed", call.tool)
-        line = call.status_line().strip()      # the reason once: refused, failed hold it
-        if call.detail and call.reason and call.reason in line:   # the whole, not the cut
-            line = line.replace(call.reason, call.detail, 1)
-        elif call.reason and call.reason not in line and call.state != "invalid":
+        line = call.status_line().strip()
+        if call.detail and call.state == "refused":      # the whole reason, not the cut
+            line = line.replace(call.reason or "", call.detail, 1)
+        elif call.reason and call.state != "invalid":
             line += f": {call.detail or call.reason}"
         child = f" (child of {call.parent.tool})" if call.parent is not None else ""
         call.agent.note(f"call {call.tool}{child} -> {line}")
@@ -267,8 +275,9 @@ class Scheduler:
                    "OLLIE_BYPASS_SOCKET": self.bypass,
                    "PWD": s.cwd, "OLLIE_SESSION_ID": s.name, "OLLIE_AGENT": call.agent.name,
                    "TOOLSRV_ADDR": self.addr}
-            if "traceparent" in call.meta:      # W3C Trace Context's variable name
-                env["TRACEPARENT"] = call.meta["traceparent"]
+            traceparent = call.trace or call.meta.get("traceparent")
+            if traceparent:                     # W3C Trace Context's variable name
+                env["TRACEPARENT"] = traceparent
             conn = None
             if getattr(profile, "toolsrv", False) and self.connect is not None:
                 conn = await self.connect(s.name, call.agent.name, call)
