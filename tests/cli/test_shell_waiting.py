@@ -23,7 +23,7 @@ GATED = """\
 input=$(cat)
 echo "waiting" >&2
 while [ ! -e go ]; do sleep 0.05; done
-echo "got $input"
+echo "gotten-by-gated $input"
 """
 
 
@@ -88,7 +88,7 @@ def test_grep_r_over_the_mount_finishes_while_calls_run(server, mnt):
     try:
         assert wait_until(lambda: _status(a).startswith("running"), 60), _status(a)
         assert wait_until(lambda: _waiting_in_fuse(shell.pid, "cat"), 60), "cat never waited"
-        r = sh(f"grep -r got {mnt}; echo grep exit $?", server, timeout=60)
+        r = sh(f"grep -r gotten-by-gated {mnt}; echo grep exit $?", server, timeout=60)
         assert "grep exit 1" in r.stdout, (r.stdout, r.stderr)    # read it all, found none
         assert _status(a).startswith("running") and _status(b).startswith("running")
         r = sh(f"find {mnt} -type f -exec cat {{}} + > /dev/null; echo find done", server,
@@ -98,8 +98,8 @@ def test_grep_r_over_the_mount_finishes_while_calls_run(server, mnt):
         for g in (go, go_b):
             open(g, "w").close()
     out, err = shell.communicate(timeout=60)
-    assert out == 'got {"n": 2}\n', err
-    assert other.communicate(timeout=60)[0] == 'got {"n": 1}\n'
+    assert out == 'gotten-by-gated {"n": 2}\n', err
+    assert other.communicate(timeout=60)[0] == 'gotten-by-gated {"n": 1}\n'
     r = sh(f"rm -r {mnt}/session/grep1 {mnt}/session/grep2", server, check=True)
 
 
@@ -120,9 +120,9 @@ def test_echo_then_cat_out_and_err_print_the_whole_result(server, mnt):
     finally:
         open(go, "w").close()
     out, err = shell.communicate(timeout=60)
-    assert out == 'got {"n": 3}\nwaiting\n', err
+    assert out == 'gotten-by-gated {"n": 3}\nwaiting\n', err
     r = sh(f"cat {a}/tools/gated/out {a}/tools/gated/err", server, check=True)
-    assert r.stdout == 'got {"n": 3}\nwaiting\n'
+    assert r.stdout == 'gotten-by-gated {"n": 3}\nwaiting\n'
     sh(f"rm -r {mnt}/session/cat1", server, check=True)
 
 
