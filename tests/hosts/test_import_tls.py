@@ -26,7 +26,8 @@ def certs():
 @pytest.fixture(scope="module")
 def remote(certs):
     s = Server({"echo": ECHO}, "--tls-cert", certs.pem("server"), "--tls-key",
-               certs.key("server"), "--tls-client-ca", certs.pem("ca"), tls_port=True).start()
+               certs.key("server"), "--tls-client-ca", certs.pem("ca"), "-v",
+               tls_port=True).start()     # -v: the peer lines
     assert s.tls and not s.tls.endswith("!0"), "".join(s.lines)
     yield s
     s.cleanup()
