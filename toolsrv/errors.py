@@ -20,16 +20,15 @@ ERRMAX = 128
 
 class P9Error(Exception):
     """A request failed; `ename` is the Plan 9 error string sent in Rerror, cut to
-    ERRMAX; `full` is the whole text, for the agent's log (default: ename uncut).
-    `logged`: the error is in the agent's log whole (a call's reason), and a cut says so."""
+    ERRMAX; `full` is the whole text, for the agent's log (default: ename uncut)."""
 
-    def __init__(self, ename: str, full: str | None = None, logged: bool = False) -> None:
+    def __init__(self, ename: str, full: str | None = None) -> None:
         if full is None:
             full = getattr(ename, "full", None)     # jsonargs.fit's: the text before its cut
         ename = printable(" ".join(str(ename).split()))  # one line, no control chars
         self.full = ename if full is None else printable(" ".join(str(full).split()))
-        if len(ename.encode()) >= ERRMAX:       # logged: the agent's log has it whole
-            ename = shorten(ename, ERRMAX - 1, LOGGED if logged else "...")
+        if len(ename.encode()) >= ERRMAX:
+            ename = shorten(ename, ERRMAX - 1)
         super().__init__(ename)
         self.ename = ename
 
@@ -76,17 +75,12 @@ def too_long(what: str, limit: int, thing: str = "") -> str:
     return f"{what}: {thing + ' ' if thing else ''}longer than {limit} bytes: too long"
 
 
-LOGGED = "... (all in log)"    # what stands for the clauses a logged error's cut left out
-
-
-def shorten(text: str, room: int, gap: str = "...") -> str:
+def shorten(text: str, room: int) -> str:
     """`text` in at most `room` bytes, never cut through a path (a word holding "/"): a
-    long value (a word over 40 characters) loses its middle first; then whole clauses
-    go (clauses(): an error that nests another's words, "A: B: C (fix)"), so the head
-    (what failed, the errno word) and the innermost error with its fix, the closing
-    "(...)", stay, `gap` where the rest was; then whole words go from just before the
-    last word backwards ("..." where they were).  Only when the paths and the ends alone
-    do not fit is the end cut."""
+    long value (a word over 40 characters) loses its middle first, then whole words go
+    from just before the last word backwards ("..." stands where they were), so the head
+    (what failed, the errno word) and the last word stay.  Only when the paths and the
+    ends alone do not fit is the end cut."""
     if len(text.encode()) <= room:
         return text
     words = text.split(" ")
@@ -99,9 +93,6 @@ def shorten(text: str, room: int, gap: str = "...") -> str:
     text = " ".join(words)
     if len(text.encode()) <= room:
         return text
-    for out in clauses(text, gap):
-        if len(out.encode()) <= room and errno_for(out) == errno_for(text):
-            return out
     gone: set[int] = set()
     for i in range(len(words) - 2, 0, -1):
         if "/" in words[i]:
@@ -111,32 +102,6 @@ def shorten(text: str, room: int, gap: str = "...") -> str:
         if len(out.encode()) <= room:
             return out
     return text.encode()[: max(room - 3, 0)].decode("utf-8", "ignore") + "..."
-
-
-def clauses(text: str, gap: str = "...") -> list[str]:
-    """The cuts of `text` by whole clauses, longest first: its head (its clauses, split at
-    ": " outside parentheses, up to the one with 9pfuse's word), `gap`, then its last
-    clauses, fewer and fewer; then the head, `gap`, the last clause's paths and its fix (a
-    closing "(...)"); then the head and the fix alone.  Nothing for a text with no clause
-    between its head and its last."""
-    parts, depth, at = [], 0, 0
-    for i, ch in enumerate(text):
-        depth += (ch == "(") - (ch == ")")
-        if depth == 0 and text.startswith(": ", i):
-            parts.append(text[at:i])
-            at = i + 2
-    parts.append(text[at:])
-    h = next((i for i in range(len(parts)) if errno_for(parts[i]) != E.ERANGE), 0) + 1
-    if len(parts) < h + 2:     # "what: why" nests nothing: its words go, as below
-        return []
-    head = f"{': '.join(parts[:h])}: {gap} "      # to the errno word
-    out = [head + ": ".join(parts[k:]) for k in range(h + 1, len(parts))]
-    last = parts[-1]
-    fix = re.search(r"\([^()]*\)$", last)
-    if fix is not None:
-        paths = [w for w in last[:fix.start()].split() if "/" in w]
-        out += [head + " ".join(paths + [fix.group(0)]), head + fix.group(0)]
-    return out
 
 
 def _joined(words: list[str], gone: set[int]) -> str:
@@ -192,7 +157,7 @@ ETIMEOUT = "timeout"
 EREVWAIT = "revwait: write a revision number (invalid argument)"
 
 DECLARED = [v for k, v in dict(globals()).items()
-            if k.isupper() and k not in ("ERRMAX", "DECLARED", "SUFFIX", "JOINER", "LOGGED")
+            if k.isupper() and k not in ("ERRMAX", "DECLARED", "SUFFIX", "JOINER")
             and isinstance(v, str)]
 
 # plan9port src/cmd/9pfuse/errstr.c, in table order.

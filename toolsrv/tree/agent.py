@@ -381,7 +381,7 @@ def _incomplete(buf: bytearray) -> str:
 
 def _result(fid: Any, call: Call, offset: int, count: int) -> bytes:
     if call.reason is not None:
-        raise P9Error(call.reason, logged=True)     # its whole in the log (Scheduler._end)
+        raise P9Error(call.reason)
     return answer_read(fid, lambda: call.stdout, offset, count)
 
 
