@@ -250,10 +250,10 @@ class Scheduler:
                 fn()
             except Exception:
                 log.exception("a reader of the call of %s failed", call.tool)
-        line = call.status_line().strip()      # the reason once: refused, failed hold it
-        if call.detail and call.reason and call.reason in line:   # the whole, not the cut
-            line = line.replace(call.reason, call.detail, 1)
-        elif call.reason and call.reason not in line and call.state != "invalid":
+        line = call.status_line().strip()
+        if call.detail and call.state == "refused":      # the whole reason, not the cut
+            line = line.replace(call.reason or "", call.detail, 1)
+        elif call.reason and call.state != "invalid":
             line += f": {call.detail or call.reason}"
         child = f" (child of {call.parent.tool})" if call.parent is not None else ""
         call.agent.note(f"call {call.tool}{child} -> {line}")

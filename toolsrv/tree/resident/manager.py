@@ -86,12 +86,11 @@ class Entry(Plain):
                    f"{'' if n == 1 else 's'}"
         if not self.stopped:
             return ""
+        line = f"resident stopped: {self.stopped}"
         wait = self.next_try - time.monotonic()
-        if self.fails:      # the why is the failed call's, the line above (or the log's)
-            return f"resident not running: {self.fails} failed start" \
-                   f"{'' if self.fails == 1 else 's'}" + \
-                   (f", next start in {wait:.0f}s" if wait > 0 else "")
-        return f"resident stopped: {self.stopped}"
+        if wait > 0:
+            line += f"; {self.fails} failed starts, next start in {wait:.0f}s"
+        return line
 
 
 def entry_key(tool: Any) -> tuple:
@@ -349,16 +348,12 @@ class Residents:
                 call.state = "killed"
             else:
                 call.state = "failed"
+            _fail(call, call.state, fit("resident: ", defuse(rep.failure),
+                                        " (input/output error)"), rep.failure)
             started = e.proc is not None and e.proc.calls == 0
-            head = "resident: failed at start: " if started else "resident: "
-            tail = " (input/output error; err has its stderr)" if started and rep.stderr \
-                else " (input/output error)"
-            _fail(call, call.state, fit(head, defuse(rep.failure), tail))
-            call.detail = f"{head}{rep.failure}{tail}"      # the log's: the tool's own words
-            self._end(e, "failed at start (the call's reason says why)" if started
-                      else rep.failure)
+            self._end(e, rep.failure)
             if started:
-                self._failed_start(e, rep.failure, said=True)
+                self._failed_start(e, rep.failure)
         elif rep.error is not None:
             e.fails = 0
             call.state = "error"
@@ -368,15 +363,13 @@ class Residents:
             e.fails = 0
             call.state, call.reason = "ok", None
 
-    def _failed_start(self, e: Entry, why: str, said: bool = False) -> None:
-        """One more failed start; `said`: the failed call's line in the log has the why."""
+    def _failed_start(self, e: Entry, why: str) -> None:
         e.fails += 1
         e.stopped = why
         if e.fails >= 2:
             wait = min(BACKOFF_MAX, BACKOFF * 2 ** (e.fails - 2))
             e.next_try = time.monotonic() + wait
-            self._note(e, f"{e.fails} failed starts: no start for {wait:g}s"
-                       + ("" if said else f": {why}"))
+            self._note(e, f"{e.fails} failed starts: no start for {wait:g}s: {why}")
 
     # -- ending --
     def _end(self, e: Entry, why: str, mcp_grace: bool = False) -> None:

@@ -193,9 +193,8 @@ class Process:
         return self.leftover()
 
     def _ended(self) -> Ended:
-        """Why it can answer no more: its exit says it (an EOF on stdout follows from it)."""
-        return Ended(f"EOF on stdout: {self.exit_reason()}"
-                     if self.eof and not self.handle.exited.done() else self.exit_reason())
+        return Ended(f"EOF on stdout: {self.exit_reason()}" if self.eof else
+                     self.exit_reason())
 
     async def _more(self) -> None:
         """Until _read_out has read more of stdout (or its end)."""
