@@ -49,8 +49,8 @@ import socket
 import sys
 from typing import Any
 
-from .httpconns import (BACKLOG, HELD_MAX, MAX_HEAD, Conns, TooFewFds, guarded,
-                        passed_room, rpc_error)
+from .httpconns import (ACCEPT_BATCH, BACKLOG, HELD_MAX, MAX_HEAD, Conns, TooFewFds,
+                        guarded, passed_room, rpc_error)
 from .oauth import Refused, Stale
 from .server import Wiring
 
@@ -363,7 +363,8 @@ async def serve_http(wiring: Wiring, listen: Listen) -> None:
                 oauth, wiring.face.search)
     config = uvicorn.Config(gate, log_level="warning", lifespan="on", access_log=False,
                             timeout_graceful_shutdown=STOP_GRACE, http=guarded(conns),
-                            ws="none", h11_max_incomplete_event_size=MAX_HEAD, backlog=BACKLOG,
+                            ws="none", h11_max_incomplete_event_size=MAX_HEAD,
+                            backlog=ACCEPT_BATCH,
                             limit_concurrency=HELD_MAX + conns.passed_max + 1)
     server = _quiet_uvicorn(config)
     wiring.stop = lambda: (gate.stop(), setattr(server, "should_exit", True))
@@ -389,4 +390,11 @@ def _quiet_uvicorn(config: Any) -> Any:
         @contextlib.contextmanager
         def capture_signals(self) -> Any:      # uvicorn >= 0.29 (the SDK needs 0.31.1)
             yield
+
+        async def startup(self, sockets: Any = None) -> None:
+            # asyncio listens with the backlog it accepts in one go (ACCEPT_BATCH, a
+            # bound on fds in flight: httpconns.py); the kernel's queue stays BACKLOG
+            await super().startup(sockets=sockets)
+            for sock in sockets or ():
+                sock.listen(BACKLOG)
     return Quiet(config)

@@ -26,9 +26,14 @@ Bounds (doc/mcp.md, SECURITY.md).
                       closes, or LINGER seconds later (a socket closed with bytes unread
                       is reset, and the reset may reach the client before the answer);
                       LINGER_MAX at most linger, past that one is closed at once.
-Every connection is one fd, and asyncio accepts up to the backlog (BACKLOG) before any of
-them is seen: with WAITING_MAX + passed_max + LINGER_MAX + BACKLOG + FD_RESERVE under the
-open-file limit (raised to its hard limit at start), accept never runs out of fds.
+Every connection is one fd, and asyncio holds some it has not shown us yet: each turn of
+the loop that finds the socket readable accepts up to ACCEPT_BATCH (the backlog asyncio is
+given; the kernel's queue is BACKLOG, set again after uvicorn's start), and a connection
+takes up to four turns from accept through connection_made and a refusal to its fd's
+close, so at most IN_FLIGHT are unseen or closing.  With WAITING_MAX + passed_max +
+LINGER_MAX + IN_FLIGHT + FD_RESERVE under the open-file limit (raised to its hard limit
+at start), accept never runs out of fds.  (A batch of BACKLOG, asyncio's default here,
+let a flood hold three batches, 384 fds, in flight: CI saw 272 against a bound of 216.)
 
 Implementation.  Guarded wraps uvicorn's h11 protocol (composition: it sees the accept
 and the close, and passes bytes through); Conns keeps the books, keyed by the client's
@@ -53,8 +58,9 @@ MAX_HEAD = 16 * 1024       # bytes of a request head (h11_max_incomplete_event_s
 LINGER = 1.0               # seconds a refused connection has to read its answer
 LINGER_MAX = 64            # refused connections lingering at once
 HELD_MAX = WAITING_MAX + LINGER_MAX     # connections held besides passed ones
-BACKLOG = 128              # the listen backlog, and the most accepted in one go (asyncio
-                           # accepts up to the backlog before any protocol runs)
+BACKLOG = 128              # the kernel's listen queue
+ACCEPT_BATCH = 16          # the most asyncio accepts in one turn of the loop
+IN_FLIGHT = 4 * ACCEPT_BATCH    # accepted and not yet seen, or refused and not yet closed
 FD_RESERVE = 128           # fds kept for the face's own use (its 9P connection, a
                            # standalone server's runs, logs)
 PASSED_MIN = 16            # below this many passed connections the face does not start
@@ -77,7 +83,7 @@ def passed_room() -> int:
             pass
     if soft == resource.RLIM_INFINITY:
         return PASSED_MAX
-    held = HELD_MAX + BACKLOG + FD_RESERVE
+    held = HELD_MAX + IN_FLIGHT + FD_RESERVE
     room = min(PASSED_MAX, soft - held)
     if room < PASSED_MIN:
         need = held + PASSED_MIN
