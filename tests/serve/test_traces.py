@@ -180,3 +180,37 @@ def test_spans_are_sent_by_otlp_to_the_endpoint(tools):
         srv.shutdown()
     assert Receiver.got.is_set()
     assert sorted(Receiver.names) == ["call echo"] * 3 + ["queue"] * 3 + ["run"] * 3
+
+
+def test_otel_traces_exporter_console_writes_each_span_as_json(tools, monkeypatch, capfd):
+    """OTEL_TRACES_EXPORTER=console: each span as JSON on standard output, batched off the
+    loop and flushed as the server stops."""
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    app = AppThread([tools]).start()
+    try:
+        assert app.app.traces.where == "as JSON on standard output"
+        with Client.connect(app.addr) as c:
+            a = agent(c, "echo")
+            c.rdwr(f"{a}/tools/echo/call", b"{}")
+    finally:
+        stop_clean(app)
+    out = capfd.readouterr().out
+    spans = json.loads("[" + out.replace("}\n{", "},\n{") + "]")
+    assert sorted(s["name"] for s in spans) == ["call echo", "queue", "run"]
+    call = next(s for s in spans if s["name"] == "call echo")
+    assert call["attributes"]["toolsrv.tool"] == "echo", call["attributes"]
+
+
+def test_otlp_and_console_together_and_an_unknown_exporter_refused(monkeypatch):
+    from toolsrv.serve.traces import Traces, exporter_names
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console, otlp")
+    assert exporter_names(None) == ["console", "otlp"]
+    t = Traces("http://127.0.0.1:9")
+    assert t.where == "as JSON on standard output and by OTLP/HTTP to http://127.0.0.1:9/v1/traces"
+    t.provider.shutdown()
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    assert exporter_names(None) == [] and exporter_names("http://h:1") == ["otlp"]
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
+    with pytest.raises(ValueError, match="zipkin is not an exporter toolsrv has .*otlp, "
+                                         "console, none"):
+        exporter_names(None)

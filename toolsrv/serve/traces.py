@@ -11,12 +11,16 @@ The scheduler's two hooks (tree/calls/scheduler.py):
                 the agent's turn and a run slot) and `run`, then the span ends, with the
                 tool, session, agent, outcome and duration
 
-Spans are batched off the loop (BatchSpanProcessor's thread) to OTLP over HTTP; a given
-exporter (the tests' in-memory one) is handed each span as it ends.
+Exporters.  OTEL_TRACES_EXPORTER names them, comma-separated: `otlp` (the default, and
+what --otlp-endpoint means), `console` (each span as JSON on standard output), `none`;
+another is refused at start.  Spans are batched off the loop (BatchSpanProcessor's
+thread) for each, so neither a slow collector nor a stdout nobody reads holds a call; a
+given exporter (the tests' in-memory one) is handed each span as it ends.
 """
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,6 +45,25 @@ def traces_url(endpoint: str | None) -> str:
     return base.rstrip("/") + "/v1/traces"
 
 
+KNOWN = ("otlp", "console", "none")
+
+
+def exporter_names(endpoint: str | None) -> list[str]:
+    """The exporters OTEL_TRACES_EXPORTER names (otlp when it is unset, or when
+    --otlp-endpoint is given and it names none); ValueError for one not known."""
+    said = [k.strip().lower() for k in os.environ.get("OTEL_TRACES_EXPORTER", "").split(",")
+            if k.strip()]
+    bad = [k for k in said if k not in KNOWN]
+    if bad:
+        raise ValueError(f"OTEL_TRACES_EXPORTER={os.environ['OTEL_TRACES_EXPORTER']}: "
+                         f"{bad[0]} is not an exporter toolsrv has (it has "
+                         f"{', '.join(KNOWN)}): set one of those, comma-separated")
+    names = [k for k in dict.fromkeys(said) if k != "none"]
+    if endpoint and "otlp" not in names:
+        names.insert(0, "otlp")
+    return names or ([] if said else ["otlp"])
+
+
 class Traces:
     """The App's tracer: the scheduler's `traces` hook."""
 
@@ -51,12 +74,20 @@ class Traces:
             self.where = f"to {type(exporter).__name__}"
             self.provider.add_span_processor(SimpleSpanProcessor(exporter))
         else:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-                OTLPSpanExporter)
-            url = traces_url(endpoint)
-            self.where = f"by OTLP/HTTP to {url}"
-            self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(
-                endpoint=url)))
+            wheres = []
+            for name in exporter_names(endpoint):
+                if name == "console":
+                    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+                    out: Any = ConsoleSpanExporter(out=sys.stdout)
+                    wheres.append("as JSON on standard output")
+                else:
+                    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                        OTLPSpanExporter)
+                    url = traces_url(endpoint)
+                    out = OTLPSpanExporter(endpoint=url)
+                    wheres.append(f"by OTLP/HTTP to {url}")
+                self.provider.add_span_processor(BatchSpanProcessor(out))
+            self.where = " and ".join(wheres)
         self.tracer = self.provider.get_tracer("toolsrv")
 
     def call_started(self, call: Any) -> None:
