@@ -235,3 +235,24 @@ def test_a_sigterm_with_a_call_running_ends_the_face_and_kills_the_run(server):
         assert processes_with(marker) == []
     finally:
         f.stop()
+
+
+def test_the_audit_trail_names_the_token_and_the_peer_not_the_token(face, server):
+    """An HTTP request's principal in the tree's audit record: the static token by its
+    SHA-256's head (never the token itself) and the uid the connection came from."""
+    import hashlib
+
+    async def go():
+        async with http_face(face.url, face.token) as s:
+            return await s.call_tool("echo", {"audited": "over http"})
+    assert text(anyio.run(go))
+    path = os.path.join(server.app.opts.state_dir, "audit.jsonl")
+    with open(path) as f:
+        trail = f.read()
+    calls = [json.loads(line) for line in trail.splitlines() if '"event":"call"' in line]
+    mine = [r for r in calls if r["tool"] == "echo"]
+    assert mine, calls[-3:]
+    want = (f"bearer token sha256:{hashlib.sha256(face.token.encode()).hexdigest()[:12]} "
+            f"from uid {os.getuid()}")
+    assert mine[-1]["principal"]["on_behalf_of"] == want, mine[-1]
+    assert face.token not in trail

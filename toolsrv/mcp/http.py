@@ -42,6 +42,7 @@ SIGINT calls `wiring.stop`: the gate tells every open request that its client we
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import hmac
 import ipaddress
 import os
@@ -52,7 +53,7 @@ from typing import Any
 from .httpconns import (ACCEPT_BATCH, BACKLOG, HELD_MAX, MAX_HEAD, Conns, TooFewFds,
                         guarded, passed_room, rpc_error)
 from .oauth import Refused, Stale
-from .server import Wiring
+from .server import PRINCIPAL, Wiring
 
 MAX_BODY = 8 << 20       # bytes of one request's body (a call's args are 1 MiB by default)
 
@@ -158,6 +159,9 @@ class Gate:
         self.conns = conns or Conns()
         self.oauth, self.search = oauth, search      # oauth.py's OAuth, or None
         self.want = b"Bearer " + token if token else None
+        # the static token's name in the audit trail: its hash's head, never the token
+        self.token_id = ("bearer token sha256:" + hashlib.sha256(token).hexdigest()[:12]
+                         if token else "")
         self.stopping = False
         self.waiting: set[Any] = set()     # the cancel scopes of receives waiting now
 
@@ -229,6 +233,7 @@ class Gate:
         busy = self.conns.passes(scope.get("client"))
         if busy:
             return await _refuse(send, 503, busy)
+        scope = {**scope, PRINCIPAL: self.who(scope)}
         recv = self._or_gone(receive)
         said = dict(scope.get("headers", [])).get(b"content-length", b"0")
         body = await _read_body(recv) if said.isdigit() and int(said) <= MAX_BODY else None
@@ -242,6 +247,15 @@ class Gate:
                 return await _refuse(send, 403, no_scope.why, no_scope.challenge)
             scope = {**scope, **_authenticated(who)}
         await self.app(scope, _replay(body, recv), send)
+
+    def who(self, scope: dict[str, Any]) -> str:
+        """Who sent a request that passed, for the audit trail (the tree's record names it
+        `on_behalf_of`): the token it showed (by its hash) and the peer the connection
+        counts against (httpconns: `uid N` on loopback, else its address)."""
+        client = scope.get("client")
+        conn = self.conns.by_client.get((str(client[0]), int(client[1]))) if client else None
+        peer = conn.peer if conn is not None else "unknown peer"
+        return f"{self.token_id} from {peer}" if self.token_id else peer
 
     async def _principal(self, scope: dict[str, Any]) -> Any:
         """The request's principal (oauth.py), its keys read again first when due (in a

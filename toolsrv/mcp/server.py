@@ -277,6 +277,7 @@ class Wiring:
             await self.face.move(seat, root)
 
 
+PRINCIPAL = "toolsrv.principal"     # the ASGI scope's key for http.py Gate.who's answer
 PAGE = 500          # tools per tools/list page (doc/mcp.md)
 LIST_TTL_MS = 10_000    # how long a client may keep a tools/list page without asking again
                         # (2026-07-28 ttlMs; a change is told at once by list_changed)
@@ -300,6 +301,11 @@ def _context(ctx: Any, params: Any) -> dict[str, str]:
     who = _principal(ctx)
     if who is not None:
         out["principal"] = "".join(c for c in who.sub if c.isprintable())[:200] or "?"
+    else:                   # the static token's hash and the peer (http.py Gate.who)
+        req = getattr(ctx, "request", None)
+        said = getattr(req, "scope", {}).get(PRINCIPAL) if req is not None else None
+        if said:
+            out["principal"] = said
     return out
 
 
