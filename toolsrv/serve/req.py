@@ -17,6 +17,7 @@ class Req:
     `work` is None while its handler runs, then the Task or Pending it waits on; a
     Tflush's `flushing` is the tag of the request it waits for (the first of a chain)."""
     __slots__ = ("tag", "msg", "work", "flushing")
+    work: Any                       # None, an asyncio.Task or a tree Pending
 
     def __init__(self, tag: int, msg: Any, flushing: int | None = None) -> None:
         self.tag, self.msg, self.work, self.flushing = tag, msg, None, flushing

@@ -10,11 +10,10 @@ arrives as a proto.Malformed and is answered with Rerror like any failed
 request (`illegal file name`, `bad directory in wstat`); only a frame whose
 framing is broken closes the connection (transport.py).
 
-A handler returns the reply, or a `Later(awaitable, post)` when the node may
-block (a call's result, revwait); the awaitable runs as a task keyed by its tag
-and `post` turns its value into the reply, so one blocking read never stalls
-the connection.  When the awaitable is a node's `Pending` (a call's result) no
-task is made: the reply is sent the moment it is given.  A connection may carry
+A handler returns the reply, or a `Later` when its node's answer comes later
+(`_reply`: tree/node.py's contract): an awaitable runs as a task keyed by its tag,
+a `Pending` (a call's result) is answered the moment it is given, with no task, so
+one blocking read never stalls the connection.  A connection may carry
 a guard (ServerConfig.guard) that scopes what it may walk to, write, create and
 remove; its directory reads list only what it may walk to.  The connection a
 tool gets through the client9p profile is scoped to its agent.
@@ -81,6 +80,14 @@ def _walkable(guard: Callable[[Node, str], None], node: Node) -> bool:
     except P9Error:
         return False
     return True
+
+
+def _reply(answer: Any, post: Callable[[Any], Any]) -> Any:
+    """A node's answer made a reply: post(answer) for a value; for one that comes later
+    (a Pending, an awaitable: a coroutine, a Committed) a Later, which `Conn.receive` awaits."""
+    if type(answer) is Pending or inspect.isawaitable(answer):
+        return Later(answer, post)
+    return post(answer)
 
 
 def _text(m: Any) -> str:
@@ -169,19 +176,17 @@ class Conn:
             r = Rerror(tag, E.EINTERNAL)
         if r is _PENDING:
             return None
-        if type(r) is Later:
-            self.tasks += 1
-            if type(r.aw) is Pending:
-                req.work = r.aw
-                r.aw.then(lambda value, exc: self._given(tag, r, value, exc))
-                return None
-            task = asyncio.get_running_loop().create_task(self._finish(tag, r))
-            task.add_done_callback(lambda t: self._cancelled_early(tag, t, r.aw))
-            req.work = task
-            if type(r.aw) is Committed:
-                self.saving.add(task)
-            return None
-        self._respond(tag, r)
+        if type(r) is not Later:
+            return self._respond(tag, r)
+        self.tasks += 1             # (_reply): a Pending is answered through `then`, with
+        aw = r.aw                   # no task; any other awaitable in a task of its own,
+        if type(aw) is Pending:     # which a Committed's flush never cancels
+            req.work = aw
+            return aw.then(lambda value, exc: self._given(tag, r, value, exc))
+        task = req.work = asyncio.get_running_loop().create_task(self._finish(tag, r))
+        task.add_done_callback(lambda t: self._cancelled_early(tag, t, aw))
+        if type(aw) is Committed:
+            self.saving.add(task)
         return None
 
     async def _finish(self, tag: int, later: Later) -> None:
@@ -435,10 +440,7 @@ class Conn:
             self.config.guard(node, "write")
         if m.mode & OTRUNC:
             node.truncate(fid)
-        r = node.open(fid, m.mode)
-        if r is not None and inspect.isawaitable(r):
-            return Later(r, lambda _: self._opened(fid, m))
-        return self._opened(fid, m)
+        return _reply(node.open(fid, m.mode), lambda _: self._opened(fid, m))
 
     def _opened(self, fid: Fid, m: Topen) -> Ropen:
         fid.omode = m.mode
@@ -460,10 +462,8 @@ class Conn:
                           "in it) first, or choose another name")
         if self.config.guard is not None:
             self.config.guard(node, "create")
-        new = node.create(m.name, m.perm, m.mode, fid)
-        if inspect.isawaitable(new):        # made, and answered once it is saved (fs.py)
-            return Later(new, lambda n: self._created(m, fid, n))
-        return self._created(m, fid, new)
+        new = node.create(m.name, m.perm, m.mode, fid)   # or made, answered once saved
+        return _reply(new, lambda n: self._created(m, fid, n))
 
     def _created(self, m: Tcreate, fid: Fid, new: Node) -> Rcreate:
         r = new.open(fid, m.mode)
@@ -486,10 +486,10 @@ class Conn:
         except BaseException:
             self._account(fid)
             raise
-        if type(r) is not bytes and (type(r) is Pending or inspect.isawaitable(r)):   # bytes: the common, fast case
-            self._account(fid)
-            return Later(r, lambda data: self._within(fid, Rread(m.tag, data[:count])))
-        return self._within(fid, Rread(m.tag, r[:count]))   # _within accounts
+        if type(r) is bytes:                # the common, fast case (_within accounts)
+            return self._within(fid, Rread(m.tag, r[:count]))
+        self._account(fid)                  # what it holds while it waits
+        return _reply(r, lambda data: self._within(fid, Rread(m.tag, data[:count])))
 
     def _dirread(self, fid: Fid, offset: int, count: int) -> bytes:
         if offset == 0:
@@ -523,10 +523,10 @@ class Conn:
         except BaseException:
             self._account(fid)
             raise
-        if type(r) is not int and (type(r) is Pending or inspect.isawaitable(r)):
-            self._account(fid)
-            return Later(r, lambda n: self._within(fid, Rwrite(m.tag, n)))
-        return self._within(fid, Rwrite(m.tag, r))   # _within accounts
+        if type(r) is int:                  # the common, fast case (_within accounts)
+            return self._within(fid, Rwrite(m.tag, r))
+        self._account(fid)                  # what it holds while it waits
+        return _reply(r, lambda n: self._within(fid, Rwrite(m.tag, n)))
 
     def _account(self, fid: Fid) -> None:
         """Count the bytes fid's node keeps for it (partial writes, read snapshots)."""
@@ -567,10 +567,7 @@ class Conn:
         self._clunk_node(fid)
         if self.config.guard is not None:
             self.config.guard(fid.node, "remove")
-        r = self._live(fid).remove()
-        if r is not None and inspect.isawaitable(r):   # removed, answered once saved (fs.py)
-            return Later(r, lambda _: Rremove(m.tag))
-        return Rremove(m.tag)
+        return _reply(self._live(fid).remove(), lambda _: Rremove(m.tag))   # or once saved
 
     def _stat(self, m: Tstat) -> Rstat:
         return Rstat(m.tag, self._live(self._fid(m.fid)).stat())

@@ -16,13 +16,18 @@ for (fs.py), so the walk an agent repeats on every call builds nothing; a kept
 node holds no state of its own (a fid's state is in the fid) and asks the model
 whether it is alive, so keeping it changes nothing a client can see.
 
-Handlers may return a value or an awaitable; the server awaits the latter in
-a task of its own, so a blocking read never stalls the connection.  A handler
-whose answer some other code will produce (a call's result) may return a
-`Pending` instead: no task, the answer goes out the moment it is given.  A handler
-whose change is made and only waits to be saved (the state's group commit) returns a
-`Committed`: the server never cancels it, so a flush cannot turn a change that took
-effect into `interrupted`.  Errors are raised as P9Error with a string from errors.py.
+The contract of `Node` (as lib9p's 9p(3) and srv9p's Server fields): each callback
+says what serve/server.py checked before calling it and what it does when a subclass
+leaves it alone.  A callback marked "may wait" answers in one of four ways, which the
+server's `_reply` tells apart: a value (the reply now); an awaitable, awaited in a task
+of its own, so a blocking read never stalls the connection; a `Pending`, whose answer
+other code gives (a call's result: no task, the reply goes out the moment it is
+given); a `Committed`, a change made that only waits to be saved (the state's group
+commit), which the server never cancels, so a flush cannot turn a change that took
+effect into `interrupted`.  A Tflush cancels the task or the Pending.  Errors are
+raised as P9Error with a string from errors.py; any other exception is answered
+`input/output error: internal server error` and logged.  A fid's `aux` is the node's scratch space (fid.py): its
+bytes and bytearray values count against the connection's max_held.
 """
 from __future__ import annotations
 
@@ -153,7 +158,8 @@ class Qids:
 
 
 class Node:
-    """A file of the tree.  Subclasses override what they serve."""
+    """A file of the tree.  Subclasses override what they serve; the callbacks' docs are
+    the contract (the module's doc).  "Checked" lists what the server made sure of."""
 
     is_dir = False
     perm = 0o444
@@ -166,9 +172,12 @@ class Node:
 
     # -- identity and metadata --
     def version(self) -> int:
+        """qid.vers: moves when the content does (`changes`).  Default 0, and then the
+        qid is made once and kept."""
         return 0
 
     def qid(self) -> Qid:
+        """Type from is_dir, version(), the stable qpath.  Rarely overridden."""
         q = self._qid
         if q is None:
             q = Qid(QTDIR if self.is_dir else 0, self.version() & 0xFFFFFFFF, self.qpath)
@@ -177,57 +186,95 @@ class Node:
         return q
 
     def length(self) -> int:
+        """stat's length of a file (a directory's is 0).  Default 0."""
         return 0
 
     def mode(self) -> int:
         return (DMDIR if self.is_dir else 0) | self.perm
 
     def stat(self) -> Dir:
+        """Tstat, Twstat (checked: the fid is known, the node alive) and directory reads.
+        Default: built from qid, mode, mtime, length and name, owned by UID."""
         return Dir(0, 0, self.qid(), self.mode(), BOOT_TIME, self.mtime(),
                    0 if self.is_dir else self.length(), self.name, UID, UID, UID)
 
     def mtime(self) -> int:
+        """Default: the server's start."""
         return BOOT_TIME
 
     def alive(self) -> bool:
-        """False once what the node stands for is gone (a removed session)."""
+        """False once what the node stands for is gone (a removed session): then Twalk from
+        it, Topen, Tcreate, Twrite, Tremove, Tstat, Twstat and a directory's read at 0 fail
+        `file not found` (a file's Tread and Tclunk still reach it).  Default: the parent's."""
         return self.parent is self or self.parent.alive()
 
     def writable(self) -> bool:
+        """Whether Topen for writing or with OTRUNC (and a wstat to length 0) is allowed.
+        Default: any write bit in perm."""
         return bool(self.perm & 0o222)
 
     # -- directories --
     def lookup(self, name: str) -> "Node | None":
+        """The entry `name`, or None (Twalk; Tcreate, to refuse a name in use).  Checked:
+        this is a live directory the fid, not open, reached; `name` is a valid name, not
+        "..".  The guard is asked about the result afterwards.  A directory may have a
+        `missing(name)` giving the error of a walk's first name not found (default
+        `file not found`).  Default: the child of that name, by a scan of children()."""
         for c in self.children():
             if c.name == name:
                 return c
         return None
 
     def children(self) -> Iterable["Node"]:
+        """The entries, in listing order (a Tread of the open directory at offset 0, and
+        the default lookup).  Checked: the node is alive.  The server keeps the encoded
+        listing per fid, filters it by the guard and enforces the offsets.  Default: none."""
         return ()
 
-    def create(self, name: str, perm: int, mode: int, fid: Any) -> "Node":
+    def create(self, name: str, perm: int, mode: int, fid: Any) -> "Node | Awaitable[Node]":
+        """Tcreate: make `name` here and return it; may wait (a Committed).  Checked: the
+        fid is known and not open, this is a live directory, `mode` suits a file of that
+        kind (DMDIR in perm), `name` is valid and not in use, the guard allows "create".
+        The server then opens the new node with `mode`, which must not wait, and moves
+        the fid to it.  Default: `permission denied: create prohibited`."""
         raise E.P9Error(E.ECREATE)
 
     # -- files --
     def open(self, fid: Any, mode: int) -> Awaitable[None] | None:
+        """Topen; may wait.  Checked: the fid is known and not open, the node alive; the
+        mode is legal for it (a directory only OREAD, a file no OEXEC or ORCLOSE; writing
+        or OTRUNC needs writable() and the guard's "write", reading a read bit in perm);
+        truncate(fid) was called for OTRUNC.  fid.omode is set after.  Default: nothing."""
         return None
 
-    def read(self, fid: Any, offset: int, count: int) -> bytes | Awaitable[bytes]:
+    def read(self, fid: Any, offset: int, count: int) -> bytes | Awaitable[bytes] | Pending:
+        """Tread of a file: bytes (the server cuts them to count); may wait.  Checked: the
+        fid is open for reading; count is at most the iounit.  Neither the offset nor
+        alive() is checked.  Default: `permission denied`.  (A directory's reads are the
+        server's, from children().)"""
         raise E.P9Error(E.EPERM)
 
-    def write(self, fid: Any, offset: int, data: bytes) -> int | Awaitable[int]:
+    def write(self, fid: Any, offset: int, data: bytes) -> int | Awaitable[int] | Pending:
+        """Twrite: the count of bytes taken; may wait.  Checked: the fid is open for
+        writing, the node alive, data fits the iounit.  Default: `permission denied`."""
         raise E.P9Error(E.EPERM)
 
     def truncate(self, fid: Any) -> None:
-        """Length set to 0 by wstat or OTRUNC; writable files accept it."""
+        """Length set to 0: Topen with OTRUNC (after open's checks, before open) or a
+        Twstat of length 0 (the guard allowing "write").  Default: writable files accept
+        it and nothing changes; others fail `permission denied: wstat prohibited`."""
         if not self.writable():
             raise E.P9Error(E.EWSTAT)
 
     def clunk(self, fid: Any) -> None:
+        """The fid is gone: Tclunk, Tremove (before remove), a new Tversion or a hang-up.
+        Nothing is checked and it cannot fail: an exception is logged.  Default: nothing."""
         return None
 
-    def remove(self) -> None:
+    def remove(self) -> Awaitable[None] | None:
+        """Tremove, after the fid was clunked; may wait (a Committed).  Checked: the fid
+        was known, the guard allows "remove", the node is alive.  Default: `permission
+        denied: remove prohibited`."""
         raise E.P9Error(E.EREMOVE)
 
 
