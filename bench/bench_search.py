@@ -52,7 +52,7 @@ if __package__ in (None, ""):
     __package__ = "bench"
 
 from toolsrv.registry.registry import Registry  # noqa: E402
-from toolsrv.registry.search import SearchIndex  # noqa: E402
+from toolsrv.registry.search.index import SearchIndex  # noqa: E402
 
 from .common import REPO, finish, lat, one, parser, row  # noqa: E402
 from .searchsets import APIBANK, SHARED, public_sets, write_tools  # noqa: E402
@@ -107,7 +107,7 @@ def quality_rows(label: str, data: dict[str, Any], semantic: Any) -> list[dict]:
     each beside rank-bm25 over name + description; then the held-out split (the queries
     search_fusion.py did not choose the fusion on): the fusion beside the better single
     ranker."""
-    from toolsrv.registry.fusion import FUSION
+    from toolsrv.registry.search.fusion import FUSION
 
     from .search_fusion import SINGLES, Scored
     tools, queries = data["tools"], data["queries"]
@@ -269,9 +269,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--only", choices=("quality", "scale"),
                     help="only the ranking figures, or only the costs")
     opts = ap.parse_args(argv)
-    from toolsrv.registry.semantic import _numpy_one_thread
+    from toolsrv.registry.search.semantic import _numpy_one_thread
     _numpy_one_thread()             # numpy as the server has it (before rank-bm25 loads it)
-    from toolsrv.registry.semantic import Semantic
+    from toolsrv.registry.search.semantic import Semantic
     sem = Semantic()
     sem.load()
     rows: list[dict] = []

@@ -33,9 +33,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     __package__ = "bench"
 
-from toolsrv.registry import fusion  # noqa: E402
+from toolsrv.registry.search import fusion  # noqa: E402
 from toolsrv.registry.registry import Registry  # noqa: E402
-from toolsrv.registry.search import FIELDS, SEMANTIC_FIELDS, SearchIndex  # noqa: E402
+from toolsrv.registry.search.index import FIELDS, SEMANTIC_FIELDS, SearchIndex  # noqa: E402
 
 from .searchsets import APIBANK, SHARED, public_sets, write_tools  # noqa: E402
 
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ablation", action="store_true")
     ap.add_argument("--quick", action="store_true", help="200 queries per set")
     opts = ap.parse_args(argv)
-    from toolsrv.registry.semantic import Semantic
+    from toolsrv.registry.search.semantic import Semantic
     sem = Semantic()
     if not sem.load():
         sys.exit(f"search_fusion: the semantic model is needed: {sem.error}")

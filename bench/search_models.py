@@ -27,8 +27,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     __package__ = "bench"
 
-from toolsrv.registry.fusion import FUSION  # noqa: E402
-from toolsrv.registry.semantic import Semantic, _numpy_one_thread  # noqa: E402
+from toolsrv.registry.search.fusion import FUSION  # noqa: E402
+from toolsrv.registry.search.semantic import Semantic, _numpy_one_thread  # noqa: E402
 
 from .search_fusion import Scored  # noqa: E402
 from .searchsets import APIBANK, SHARED, public_sets  # noqa: E402

@@ -16,8 +16,9 @@ it sits above app and below cli/, which imports it for the `mcp` verb; it alone 
 the `mcp` SDK (checked below), so `serve` never loads it.
 
 toolsrv/__main__.py (the thin entry) and toolsrv/client.py (the client's old path) count
-as cli/.  A module also stays under about 600 lines, and a folder's __init__ (but the
-codec's, which is its public face) imports nothing (the zygote boots from run/ in a bare interpreter).
+as cli/.  A module also stays under about 600 lines, a folder holds at most 12 modules,
+and a folder's __init__ (but the codec's, which is its public face) imports nothing (the
+zygote boots from run/ in a bare interpreter).
 
 Inside run/, run/init/ (the zygote and the inits) and run/kernel/ (the kernel bindings) run
 in a bare `python -I -S` after a fork, and a warm init loads them from a memfd into the
@@ -35,6 +36,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_LINES = 600
+MAX_MODULES = 12     # modules in one folder of toolsrv/
 
 # rank of each part: an import may go to a part of lower rank, or within its own part.
 RANK = {"proto": 0, "base": 1, "run": 2, "registry": 2, "tree": 3, "serve": 4, "hosts": 5,
@@ -171,6 +173,25 @@ def test_modules_stay_small(mod):
     with open(MODULES[mod]) as f:
         n = sum(1 for _ in f)
     assert n <= MAX_LINES, f"{mod}: {n} lines; cut it by concept (STYLE.md, habit 8)"
+
+
+def folder_sizes() -> dict[str, int]:
+    """Each folder of toolsrv/ -> how many modules it holds (its __init__ and sub-folders
+    apart)."""
+    out: dict[str, int] = {}
+    for path in MODULES.values():
+        if not path.endswith("__init__.py"):
+            d = os.path.relpath(os.path.dirname(path), REPO)
+            out[d] = out.get(d, 0) + 1
+    return out
+
+
+def test_no_folder_holds_more_than_twelve_modules():
+    """Past MAX_MODULES, a concept in the folder wants a folder of its own (as
+    registry/search/ is registry/'s discovery)."""
+    sizes = folder_sizes()
+    assert sizes[os.path.join("toolsrv", "registry", "search")] >= 3, "the count sees sub-folders"
+    assert {d: n for d, n in sizes.items() if n > MAX_MODULES} == {}
 
 
 BARE = ("toolsrv.run.init", "toolsrv.run.kernel")

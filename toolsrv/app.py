@@ -217,7 +217,7 @@ class App:
     def _make_searcher(self) -> Any:
         """tools/search's index: made now (it follows the registry from here on), built
         and its model loaded on the first search, never at start-up."""
-        from .registry.search import SearchIndex
+        from .registry.search.index import SearchIndex
         from .tree.searchfile import Searcher
         return Searcher(SearchIndex(self.registry))
 

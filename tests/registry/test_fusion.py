@@ -1,4 +1,4 @@
-"""registry/fusion.py: every method keeps search's contract (free slots 0, the best near
+"""registry/search/fusion.py: every method keeps search's contract (free slots 0, the best near
 1, nothing negative), and a tool first in both rankers is first fused."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 np = pytest.importorskip("numpy")
 
-from toolsrv.registry import fusion  # noqa: E402
+from toolsrv.registry.search import fusion  # noqa: E402
 
 CASES = [(m, w, k) for m in fusion.METHODS for w in (0.3, 0.6) for k in (10.0,)]
 

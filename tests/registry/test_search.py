@@ -1,4 +1,4 @@
-"""registry/search.py: what a need may be, what is ranked, and the index following a live
+"""registry/search/index.py: what a need may be, what is ranked, and the index following a live
 registry (issue 18).  The registries are real (.meta files in a temporary directory); the
 semantic ranker is the real model when the search extra is installed (`make test` installs
 it), and the lexical-only index is tested as well."""
@@ -15,9 +15,9 @@ from apphelpers import add_tool, tools_dir
 from toolsrv.errors import P9Error, errno_for
 from toolsrv.registry.registry import Registry
 from toolsrv.bundled import install_hint
-from toolsrv.registry.search import (LEXICAL_NOTICE, SearchIndex, answer_text, parse_need,
-                                     stem, words)
-from toolsrv.registry.semantic import Semantic
+from toolsrv.registry.search.index import (LEXICAL_NOTICE, SearchIndex, answer_text,
+                                           parse_need, stem, words)
+from toolsrv.registry.search.semantic import Semantic
 
 HAVE_EXTRA = importlib.util.find_spec("wordllama") is not None
 MODES = ["lexical"] + (["hybrid"] if HAVE_EXTRA else [])

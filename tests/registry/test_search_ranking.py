@@ -15,7 +15,7 @@ import pytest
 
 from apphelpers import add_tool, tools_dir
 from toolsrv.registry.registry import Registry
-from toolsrv.registry.search import SearchIndex
+from toolsrv.registry.search.index import SearchIndex
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SAMPLE = json.load(open(os.path.join(REPO, "bench", "data", "search_sample.json")))

@@ -8,8 +8,8 @@
 # sees changes (inotify, else polling); names.py holds the name rule that tools,
 # sessions and agents share; schemaref.py a schema's refs (nothing fetched) and the
 # budgets of a validation, schemacost.py what a schema costs (bounded at load);
-# warmstart.py which calls start warm; search.py, fusion.py and semantic.py discovery
-# (BM25, the semantic ranker's model, their fusion).
+# warmstart.py which calls start warm.  search/ is discovery (BM25, the semantic ranker's
+# model, their fusion): its __init__ names its modules.
 #
 # May import: dirs/, errors, record.  Never tree/, serve/, app or cli/, nor run/ (run/
 # and registry/ stand side by side).

@@ -28,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable
 
 from ..errors import P9Error
-from ..registry.search import LIMIT_DEFAULT, NEED_MAX, SearchIndex, answer_text, parse_need
+from ..registry.search.index import (LIMIT_DEFAULT, NEED_MAX, SearchIndex, answer_text,
+                                     parse_need)
 from .node import Node, answer_read, answered, changes
 
 log = logging.getLogger("toolsrv.search")

@@ -5,7 +5,7 @@ Theory of operation.  The `search` extra installs `wordllama`, whose wheel carri
 Its default loader looks for the tokenizer in a folder the wheel does not have and then
 tries the network; `load` instead points it at the package's own folder with downloads
 disabled, so nothing is ever fetched.  Nothing here is imported at server start-up:
-search.py makes a `Semantic` (which imports nothing), and the first search calls `load`
+index.py makes a `Semantic` (which imports nothing), and the first search calls `load`
 (about a second, numpy and the tokenizer included), in a worker thread when served.
 A missing extra or a model that fails to load leaves `ready` False and `error` saying
 why: search is then lexical.  numpy is imported with one BLAS thread (unless the

@@ -39,7 +39,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import P9Error, too_long
+from ...errors import P9Error, too_long
 from .fusion import fuse
 
 NEED_MAX = 4096         # bytes of one need
@@ -463,7 +463,7 @@ class SearchIndex:
             return None
         self.noticed = True
         why = self.semantic.error if self.semantic is not None else ""
-        from .. import bundled
+        from ... import bundled
         return f"{LEXICAL_NOTICE} ({bundled.install_hint('search')})" + (
             f": {why}" if why else "")
 
@@ -471,7 +471,7 @@ class SearchIndex:
 def answer_text(hits: list[tuple[str, float, str]], notice: str | None = None) -> bytes:
     """What a read of a search file returns: one `name<TAB>score<TAB>description` line per
     tool, best first; a `#` line before them when there is a notice."""
-    from .resolve import one_line
+    from ..resolve import one_line
     lines = [notice + "\n"] if notice else []
     lines += [f"{n}\t{s:.3f}\t{one_line(d)}\n" for n, s, d in hits]
     return "".join(lines).encode()
