@@ -17,8 +17,9 @@ the `mcp` SDK (checked below), so `serve` never loads it.
 
 toolsrv/__main__.py (the thin entry) and toolsrv/client.py (the client's old path) count
 as cli/.  A module also stays under about 600 lines, a folder holds at most 12 modules,
-and a folder's __init__ (but the codec's, which is its public face) imports nothing (the
-zygote boots from run/ in a bare interpreter).
+no import (not even inside a function, or for the type checker) closes a circle, and a
+folder's __init__ (but the codec's, which is its public face) imports nothing (the zygote
+boots from run/ in a bare interpreter).
 
 Inside run/, run/init/ (the zygote and the inits) and run/kernel/ (the kernel bindings) run
 in a bare `python -I -S` after a fork, and a warm init loads them from a memfd into the
@@ -192,6 +193,61 @@ def test_no_folder_holds_more_than_twelve_modules():
     sizes = folder_sizes()
     assert sizes[os.path.join("toolsrv", "registry", "search")] >= 3, "the count sees sub-folders"
     assert {d: n for d, n in sizes.items() if n > MAX_MODULES} == {}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module -> the modules of toolsrv it imports, at the top, under TYPE_CHECKING or
+    inside a function; its own packages apart (they are imported before it)."""
+    return {mod: {t for _, t in imports(mod, path)
+                  if t in MODULES and t != mod and not mod.startswith(t + ".")}
+            for mod, path in MODULES.items()}
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while not comp or comp[-1] != v:
+                comp.append(stack.pop())
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_import_circle():
+    """No two modules import each other, directly or round a longer loop, not even inside
+    a function or for the type checker: what both need goes in a module below both, or
+    is passed in (tree/sessiondirs.py's SessionsFS, which root.py's ToolsrvFS is)."""
+    assert import_circles(import_graph()) == []
+
+
+def test_the_check_sees_an_import_circle(monkeypatch):
+    """The check itself: sessiondirs.py importing root.py back, if only for the type
+    checker (as it did), closes a circle."""
+    src = "if TYPE_CHECKING:\n    from .root import ToolsrvFS\n"
+    real = ast.parse
+    path = MODULES["toolsrv.tree.sessiondirs"]
+    monkeypatch.setattr(ast, "parse", lambda text, p=None, *a, **k:
+                        real(src if p == path else text, p, *a, **k))
+    assert import_circles(import_graph()) == [["toolsrv.tree.root", "toolsrv.tree.sessiondirs"]]
 
 
 BARE = ("toolsrv.run.init", "toolsrv.run.kernel")

@@ -44,14 +44,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import ipaddress
 import os
 import socket
 import sys
 from typing import Any
 
 from .httpconns import (ACCEPT_BATCH, BACKLOG, HELD_MAX, MAX_HEAD, Conns, TooFewFds,
-                        guarded, passed_room, rpc_error)
+                        guarded, is_loopback, passed_room, rpc_error)
 from .oauth import Refused, Stale
 from .server import PRINCIPAL, Wiring
 
@@ -75,15 +74,6 @@ def parse_hostport(s: str) -> tuple[str, int]:
     if not 0 <= p <= 65535:
         raise BadListen(f"--http {s}: bad port {p}")
     return host, p
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 TOKEN_NAME = "mcp-token"

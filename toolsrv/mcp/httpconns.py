@@ -125,6 +125,16 @@ def loopback_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
     return int(struct.unpack_from("=I", data, _UID_AT)[0])
 
 
+def is_loopback(host: str) -> bool:
+    """`localhost`, or an address of the loopback (the listener's host, an OAuth key URL's)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def peer_of(transport: Any) -> str:
     """The peer a connection counts against: `uid N` on loopback, else its address."""
     peer, local = transport.get_extra_info("peername"), transport.get_extra_info("sockname")

@@ -43,6 +43,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from .httpconns import is_loopback
+
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
               "ES512", "EdDSA")
 LEEWAY = 30.0             # seconds of clock skew allowed on exp, nbf and iat
@@ -161,7 +163,6 @@ def _check_url(url: str) -> None:
     p = urllib.parse.urlsplit(url)
     if p.scheme == "https":
         return
-    from .http import is_loopback
     if p.scheme == "http" and is_loopback(p.hostname or ""):
         return
     raise BadOAuth(f"--oauth-jwks {url}: the URL must be https, or http to a loopback "
@@ -175,7 +176,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 def _fetch(url: str) -> bytes:
     host = urllib.parse.urlsplit(url).hostname or ""
-    from .http import is_loopback
     proxies = urllib.request.ProxyHandler({}) if is_loopback(host) else \
         urllib.request.ProxyHandler()
     opener = urllib.request.build_opener(proxies, _NoRedirect)

@@ -4,10 +4,11 @@
     /session/...   (sessiondirs.py)
 
 Every node is built on demand from the registry and the session store; session/ and
-below are sessiondirs.py's, and an agent directory's contents come from `agent_files`,
-a hook filled in by the call-file layer (agent.py's AgentFiles: its NAMES, and `entry`
-to build one).  Qid keys name what a node stands for, so a session's keys carry its
-serial and a re-created session gets new paths.
+below are sessiondirs.py's (ToolsrvFS is its SessionsFS: it never imports this module),
+and an agent directory's contents come from `agent_files`, a hook filled in by the
+call-file layer (agent.py's AgentFiles: its NAMES, and `entry` to build one).  Qid keys
+name what a node stands for, so a session's keys carry its serial and a re-created
+session gets new paths.
 """
 from __future__ import annotations
 

@@ -1,30 +1,43 @@
 """The session directories: session/<id>/{cwd,sandbox,agent/<name>/...}.
 
-A session's and an agent's directory are kept nodes (node.FixedDir, kept on the model's
-Session and Agent) made on first walk; mkdir makes a session or an agent and is answered
-once the store has saved it (after_save), and so is the rm that ends one.  cwd and
-sandbox are ValueFiles: a write replaces the value through the store.  Files inside a
-session answer Tremove with success and no effect, so that `rm -r session/<id>` through
-9pfuse (which unlinks every file before the directory) works; removing the session or
-agent directory is what ends it.
+Theory of operation.  A session's and an agent's directory are kept nodes (node.FixedDir,
+kept on the model's Session and Agent) made on first walk; mkdir makes a session or an
+agent and is answered once the store has saved it (after_save), and so is the rm that
+ends one.  cwd and sandbox are ValueFiles: a write replaces the value through the store.
+Files inside a session answer Tremove with success and no effect, so that `rm -r
+session/<id>` through 9pfuse (which unlinks every file before the directory) works;
+removing the session or agent directory is what ends it.
+
+Imports.  What these nodes use of the tree's root is `SessionsFS`, which root.py's
+ToolsrvFS is: root.py imports this module, never the other way (tests/test_layout.py,
+test_no_import_circle).
 """
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from toolsrv.proto import DMDIR, DMTMP
 
 from .. import errors as E
 from ..errors import P9Error, too_long
 from .state.audit import principal
-from .state.sessions import Agent, Session
-from .node import Committed, Dir_, FixedDir, Node, changes, snapshot_read
-
-if TYPE_CHECKING:
-    from .root import ToolsrvFS
+from .state.sessions import Agent, Session, SessionStore
+from .node import Committed, Dir_, FixedDir, Node, Qids, changes, snapshot_read
 
 VALUE_MAX = 4096   # bytes of a cwd or sandbox value (PATH_MAX)
+
+
+class SessionsFS(Protocol):
+    """What session/ and below use of the tree's root (root.py's ToolsrvFS)."""
+
+    store: SessionStore
+    qids: Qids
+    audit: Any              # state/audit.Audit, or None: no trail
+    agent_files: Any        # agent.AgentFiles: .NAMES, .entry(agent dir, name, qid path)
+    session_hosts: Any      # session/<id>/hosts/ (hosts/sessioncwd.py), or None
+
+    def q(self, *key: Any) -> int: ...
 
 
 class SessionRoot(Dir_):
@@ -32,7 +45,7 @@ class SessionRoot(Dir_):
 
     perm = 0o777
 
-    def __init__(self, name: str, qpath: int, parent: Node, fs: ToolsrvFS) -> None:
+    def __init__(self, name: str, qpath: int, parent: Node, fs: SessionsFS) -> None:
         super().__init__(name, qpath, parent)
         self.fs = fs
 
@@ -72,7 +85,7 @@ class SessionDir(FixedDir):
         h = self.fs.session_hosts
         return self.BASE + ("hosts",) if h is not None and h.active() else self.BASE
 
-    def __init__(self, s: Session, qpath: int, parent: Node, fs: ToolsrvFS) -> None:
+    def __init__(self, s: Session, qpath: int, parent: Node, fs: SessionsFS) -> None:
         super().__init__(s.name, qpath, parent)
         self.s, self.fs = s, fs
 
@@ -109,7 +122,7 @@ class AgentRoot(Dir_):
 
     perm = 0o777
 
-    def __init__(self, name: str, qpath: int, parent: SessionDir, fs: ToolsrvFS) -> None:
+    def __init__(self, name: str, qpath: int, parent: SessionDir, fs: SessionsFS) -> None:
         super().__init__(name, qpath, parent)
         self.s, self.fs = parent.s, fs
 
@@ -146,7 +159,7 @@ class AgentRoot(Dir_):
 class AgentDir(FixedDir):
     perm = 0o777
 
-    def __init__(self, a: Agent, qpath: int, parent: AgentRoot, fs: ToolsrvFS) -> None:
+    def __init__(self, a: Agent, qpath: int, parent: AgentRoot, fs: SessionsFS) -> None:
         super().__init__(a.name, qpath, parent)
         self.a, self.fs = a, fs
         files = fs.agent_files
