@@ -96,7 +96,8 @@ def test_defaults_and_known_fields():
     m = parse_meta(meta(description="d", prompt="p", keywords=["k"], tier="warm", cmd="rg",
                         scope="read", outputFormat="text", resetsCounter=True, readOnly=True,
                         args={"type": "object"}, resident=True, title="T", destructive=True,
-                        idempotent=False, outputSchema={"type": "object"}))
+                        idempotent=False, outputSchema={"type": "object"},
+                        secrets=["GITHUB_TOKEN"]))
     assert m.fields["tier"] == "warm" and m.fields["keywords"] == ("k",)
     assert set(m.fields) == set(metafile.FIELDS)
 
@@ -282,6 +283,31 @@ def test_the_mcp_hint_fields_are_checked(field, value, why):
     with pytest.raises(metafile.MetaError) as e:
         parse_meta(meta(**{field: value}))
     assert why in str(e.value)
+
+
+@pytest.mark.parametrize("value, why", [
+    ("TOKEN", "secrets: must be an array of names, not a string"),
+    ([3], "secrets[0]: 3 is not an environment variable name"),
+    (["1TOKEN"], "secrets[0]: '1TOKEN' is not an environment variable name"),
+    (["A", "B-C"], "secrets[1]: 'B-C' is not"),
+    (["../x"], "is not an environment variable name"),
+    (["X" * 129], "is not an environment variable name"),
+    (["A", "A"], "secrets[1]: 'A' named twice"),
+    (["PATH"], "secrets[0]: 'PATH' is reserved"),
+    (["PYTHONPATH"], "'PYTHONPATH' is reserved"),
+    (["LD_PRELOAD"], "reserved"), (["OLLIE_AGENT"], "reserved"), (["LC_ALL"], "reserved"),
+    ([f"S{i}" for i in range(33)], "secrets: 33 names, at most 32"),
+])
+def test_secrets_are_distinct_environment_names_none_reserved(value, why):
+    """Issue 50: a `.meta`'s secrets name environment variables (and files of the secrets
+    directory); a bad one is the file's error, as any bad field is."""
+    with pytest.raises(metafile.MetaError) as e:
+        parse_meta(meta(secrets=value))
+    assert why in str(e.value)
+    assert parse_meta(meta(secrets=["GITHUB_TOKEN", "_x9"])).fields["secrets"] == (
+        "GITHUB_TOKEN", "_x9")
+    v = parse_meta(meta(variants=[{"match": {"os": "linux"}, "secrets": ["A_B"]}]))
+    assert v.variants[0].fields["secrets"] == ("A_B",)
 
 
 @pytest.mark.parametrize("field", ["description", "prompt"])

@@ -6,7 +6,8 @@ texts are the remote's bytes as served (its variants were evaluated on its host)
 `remote` is the import that runs its calls, and which holds nothing this host acts on by
 itself.  What the remote sent is data only: the command is never resolved or run here
 (calls.py hands a tool with `remote` to its import), no resident or warm setting and no
-sandbox name is taken from it (`extra` stays empty), and no path in it is opened.  The
+sandbox name is taken from it (`extra` stays empty), nor its `secrets` (the remote reads
+its own for its run; the front sends it no value), and no path in it is opened.  The
 schema is used as the local validator's input, which resolves no reference (jsonargs).
 
 Everything is checked and bounded before it is served: names (registry/names.py), each
@@ -141,6 +142,7 @@ def make(prefix: str, tool: str, remote: Any, where: str, meta_text: bytes,
         meta_text=meta_text.decode("utf-8", "replace"),
         schema_text=schema_text.decode("utf-8", "replace"), prompt_text=prompt,
         _meta={**kept, "name": name, "host": where}, hints=_hints(meta),
+        secrets=(),     # the remote's own, read there: the front sends no value (issue 50)
         cost=(len(meta_text) + len(schema_text) + len(prompt_text), cost))
     return t
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from ..record import Frozen, Record, setfield
 from .metaerror import MetaError, json_kind
+from .names import check_secrets
 from .residentmeta import LSP_OPS, check_resident  # noqa: F401  (LSP_OPS: said here too)
 from .schemacost import cost_refusal
 from .schemaref import REASON, outside_refs, ref_loop
@@ -159,6 +160,17 @@ def _cmd(v: Any, where: str) -> str:
     return cmd
 
 
+def _secrets(v: Any, where: str) -> tuple[str, ...]:
+    """secrets: the names of the values a run of the tool gets in its environment
+    (run/secrets.py reads them at each call; names.check_secrets is the rule)."""
+    if not isinstance(v, list):
+        raise MetaError(f"{where}: must be an array of names, not {json_kind(v)}")
+    try:
+        return check_secrets(v, where)
+    except ValueError as e:
+        raise MetaError(str(e)) from None
+
+
 def check_args(v: Any, where: str = "args") -> dict[str, Any]:
     """`args`, checked: a JSON Schema of an object, valid for its draft, its refs inside it,
     without a loop, its cost within schemacost's bounds; else MetaError (tools/errors).
@@ -193,7 +205,7 @@ _CHECKERS: dict[str, Callable[[Any, str], Any]] = {
     "tier": _tier, "cmd": _cmd, "scope": _string, "outputFormat": _string,
     "resetsCounter": _boolean, "readOnly": _boolean, "resident": check_resident,
     "title": _string, "destructive": _boolean, "idempotent": _boolean,
-    "outputSchema": _output_schema,
+    "outputSchema": _output_schema, "secrets": _secrets,
 }
 HINTS = ("title", "destructive", "idempotent", "outputSchema")   # kept as written
 FIELDS = tuple(_CHECKERS)

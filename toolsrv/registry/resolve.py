@@ -103,7 +103,7 @@ class Tool(Frozen):
     """One visible tool, variant applied and command resolved.  Treat as immutable."""
     FIELDS = ("name", "file", "dir", "description", "prompt", "keywords", "schema", "tier",
               "read_only", "scope", "output_format", "resets_counter", "extra", "command",
-              "variant", "cmd", "resident", "hints")
+              "variant", "cmd", "resident", "hints", "secrets")
 
     def __init__(self, name: str, file: str, dir: str, description: str, prompt: str,
                  keywords: tuple[str, ...], schema: dict[str, Any], tier: str,
@@ -111,7 +111,8 @@ class Tool(Frozen):
                  resets_counter: bool, extra: dict[str, Any], command: Command,
                  variant: int | None, cmd: str | None = None,
                  resident: dict[str, Any] | None = None,
-                 hints: dict[str, Any] | None = None) -> None:
+                 hints: dict[str, Any] | None = None,
+                 secrets: tuple[str, ...] = ()) -> None:
         self.__dict__.update(           # what make_tool does too
             name=name,
             file=file,                  # the .meta path
@@ -125,7 +126,8 @@ class Tool(Frozen):
             variant=variant,            # index of the variant applied, None without variants
             cmd=cmd,                    # the `cmd` field as written (variant applied)
             resident=resident,          # {"protocol", "idle", "tool"}, or None: a run per call
-            hints=hints or {})          # title, destructive, idempotent, outputSchema
+            hints=hints or {},          # title, destructive, idempotent, outputSchema
+            secrets=secrets)            # names of the values its runs get (run/secrets.py)
 
     def meta_json(self) -> dict[str, Any]:
         """The resolved definition served as tools/<tool>/meta."""
@@ -140,6 +142,8 @@ class Tool(Frozen):
             if v is not None:
                 out[k] = v
         out.update(self.hints)
+        if self.secrets:               # their names: the values are never served
+            out["secrets"] = list(self.secrets)
         out["command"] = self.command.to_json()
         out["start"] = start = warmstart.describe(list(self.command.argv),
                                                   self.extra.get("warm"))
@@ -205,7 +209,8 @@ def make_tool(name: str, dir: str, file: str, fields: dict[str, Any],
         resets_counter=fields.get("resetsCounter", False), extra=extra,
         command=command, variant=variant, cmd=fields.get("cmd"),
         resident=_resident(fields.get("resident"), name),
-        hints={k: fields[k] for k in HINTS if k in fields})
+        hints={k: fields[k] for k in HINTS if k in fields},
+        secrets=fields.get("secrets", ()))
     return tool
 
 
