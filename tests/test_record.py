@@ -10,7 +10,7 @@ import pytest
 
 from toolsrv.record import Frozen, Plain, Record, replace
 
-MODULES = ["app", "tree.calls.scheduler", "serve.dial", "serve.fid", "registry.metafile",
+MODULES = ["app", "options", "tree.calls.scheduler", "serve.dial", "serve.fid", "registry.metafile",
            "registry.registry", "registry.resolve", "run.runner", "run.sandbox", "serve.server",
            "tree.state.sessions", "serve.transport"]
 

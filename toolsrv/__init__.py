@@ -7,6 +7,7 @@ the top of this list down, never up (tests/test_layout.py checks it):
                (__main__.py, its thin entry, and client.py, the client's old path)
     mcp/       the MCP face, `toolsrv mcp`: an MCP server that is a client of the tree
     app.py     the wiring: one server process, from Options to listeners and shutdown
+               (options.py: `serve`'s options, each declared once, and Options)
     hosts/     imports of other hosts' trees, and the asyncio 9P client they share
     serve/     where a 9P request enters: sockets, dial strings, fids, tags, flush, auth,
                the one respond path

@@ -22,7 +22,8 @@ processes; a TCP peer must prove the shared secret (auth.py) when --auth-secret 
 given, which --listen-any requires; a TLS peer (serve/tls.py) too, and under mutual TLS
 its certificate alone may stand for the secret.  A tool whose profile asks for it gets
 a connection of its own, scoped to its agent (serve/peers.py Internal).
-Every limit of reliability.md is an Options field and a `serve` flag.
+Every limit of reliability.md is a `serve` flag and an Options field, declared once
+(options.py).
 """
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ from typing import Any
 from . import bundled
 from .dirs.layout import sweep, work_dir
 from .dirs.serverdir import ServerDir
-from .record import Record, replace
+from .options import Options       # serve's options, declared once
+from .record import replace
 from .serve import dial
-from .serve.server import DEFAULT_MSIZE, ServerConfig
+from .serve.server import ServerConfig
 from .serve.peers import Internal, PeerPolicy
 from .serve.loopwatch import LoopWatch
 from .serve.transport import Gate, NinePProtocol, check_free, listen
@@ -49,92 +51,6 @@ from .tree.state.sessions import SessionStore
 log = logging.getLogger("toolsrv")
 
 BUNDLED_TOOLS = bundled.TOOLS         # package data: toolsrv/data/tools (toolsrv/bundled.py)
-
-
-class Options(Record):
-    FIELDS = ("addrs", "tools", "state_dir", "msize", "trace", "listen_any", "allow_uids",
-              "revwait_timeout", "timeout", "max_runs", "run_as", "persist", "auth_secret",
-              "max_conns", "max_conns_per_peer", "max_fids", "max_inflight", "max_held",
-              "frame_timeout", "max_sessions", "max_agents", "max_queued", "max_args", "warm",
-              "max_run_memory", "max_run_pids", "max_warm_memory",
-              "tls_cert", "tls_key", "tls_client_ca", "imports", "import_own_secret",
-              "max_runs_per_session", "max_runs_per_agent", "max_output", "audit",
-              "audit_args", "audit_fsync", "audit_max_size", "audit_keep", "metrics",
-              "otlp_endpoint", "span_exporter")
-
-    def __init__(self, addrs: list[str] | None = None, tools: list[str] | None = None,
-                 state_dir: str | None = None, msize: int = DEFAULT_MSIZE, trace: bool = False,
-                 listen_any: bool = False, allow_uids: list[int] | None = None,
-                 revwait_timeout: float = 60.0, timeout: float = 30.0, max_runs: int = 16,
-                 run_as: str | None = "nobody", persist: bool = True,
-                 auth_secret: str | None = None, max_conns: int = 512,
-                 max_conns_per_peer: int = 256, max_fids: int = 4096, max_inflight: int = 256,
-                 max_held: int = 64 << 20, frame_timeout: float = 60.0,
-                 max_sessions: int = 10000, max_agents: int = 256, max_queued: int = 1024,
-                 max_args: int = 1 << 20, warm: bool = True, max_run_memory: int | None = None,
-                 max_run_pids: int = 4096, max_warm_memory: int | None = None,
-                 tls_cert: str | None = None,
-                 tls_key: str | None = None, tls_client_ca: str | None = None,
-                 imports: list[str] | None = None, import_own_secret: bool = False,
-                 max_runs_per_session: int | None = None,
-                 max_runs_per_agent: int | None = None, max_output: int = 10 << 20,
-                 audit: str | None = "", audit_args: bool = False, audit_fsync: bool = False,
-                 audit_max_size: int = 64 << 20, audit_keep: int = 5,
-                 metrics: str | None = None, otlp_endpoint: str | None = None,
-                 span_exporter: Any = None) -> None:
-        self.addrs: list[str] = [] if addrs is None else addrs  # dial strings; empty: default
-        self.tools = tools                  # search path; None: env or defaults
-        self.state_dir = state_dir
-        self.msize = msize
-        self.trace = trace
-        self.listen_any = listen_any
-        self.allow_uids: list[int] = [] if allow_uids is None else allow_uids
-        self.revwait_timeout = revwait_timeout
-        self.timeout = timeout
-        self.max_runs = max_runs
-        self.max_output = max_output      # bytes of a run's stdout, and of its stderr, kept
-        self.run_as = run_as
-        self.persist = persist
-        self.auth_secret = auth_secret      # file holding the TCP shared secret
-        # limits (doc/reliability.md); each hit answers a clear Rerror
-        self.max_conns = max_conns          # connections, server-wide
-        self.max_conns_per_peer = max_conns_per_peer   # per uid (Unix) or host (TCP)
-        self.max_fids = max_fids            # per connection
-        self.max_inflight = max_inflight    # outstanding requests per connection
-        self.max_held = max_held            # bytes a connection's fids hold (partial writes,
-                                            # reads)
-        self.frame_timeout = frame_timeout  # a partial frame stalled this long closes its conn
-        self.max_sessions = max_sessions
-        self.max_agents = max_agents        # per session
-        self.max_queued = max_queued        # calls waiting for a run slot, server-wide
-        self.max_args = max_args            # bytes of one call's JSON args
-        self.warm = warm                    # Python tools start warm (doc/performance.md)
-        # all runs together, in the server's base cgroup (run/kernel/cgroups.py); None: half of
-        # the memory the server may use (cgroups.default_total_memory)
-        self.max_run_memory = max_run_memory
-        self.max_run_pids = max_run_pids
-        self.max_warm_memory = max_warm_memory   # idle warm interpreters' PSS; None: see
-                                                 # warm_budget()
-        self.tls_cert = tls_cert            # PEM files of the tls! listeners (serve/tls.py)
-        self.tls_key = tls_key
-        self.tls_client_ca = tls_client_ca  # mutual TLS: clients show a cert it signed
-        self.imports: list[str] = [] if imports is None else imports   # NAME=ADDR[,...]
-        self.import_own_secret = import_own_secret   # an import may prove auth_secret
-        # fair shares of max_runs (tree/calls/slots.py); None: half of max_runs, half of that
-        self.max_runs_per_session = max_runs_per_session
-        self.max_runs_per_agent = max_runs_per_agent
-        # the audit trail (tree/state/audit.py, doc/operations.md): its file; "" the state
-        # directory's audit.jsonl (none with --no-state), None none (--no-audit)
-        self.audit = audit
-        self.audit_args = audit_args        # the args themselves, not only their SHA-256
-        self.audit_fsync = audit_fsync      # each record synced before its reply
-        self.audit_max_size = audit_max_size    # bytes, then rotated
-        self.audit_keep = audit_keep        # rotated files kept
-        self.metrics = metrics              # HOST:PORT of the metrics over HTTP; None: none
-        # traces (serve/traces.py, the otel extra): OTLP/HTTP to this URL, or as OTEL_*
-        # variables say; or to this SpanExporter (the tests' in-memory one); else none
-        self.otlp_endpoint = otlp_endpoint
-        self.span_exporter = span_exporter
 
 
 def _warm_imports() -> None:
