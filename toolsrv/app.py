@@ -125,6 +125,7 @@ class App:
         self.metrics: Any = None      # serve/metrics.Metrics: the root's metrics file
         self.metrics_port: int | None = None   # where --metrics listens
         self.traces: Any = None       # serve/traces.Traces, when spans are exported
+        self.policy: Any = None       # tree/policy/gate.PolicyGate: policy.yaml, the blocks
 
     def _make_registry(self) -> Any:
         from .registry.registry import Registry
@@ -224,6 +225,7 @@ class App:
         self.gate = Gate(opts.max_conns, opts.max_conns_per_peer,
                          PeerPolicy(opts.allow_uids, launcher).peer_check)
         self._start_audit(state)
+        self._start_policy(state)
         self._start_metrics()
         self._start_traces()
 
@@ -368,6 +370,20 @@ class App:
         self.fs.audit = self.calls.sched.audit = self.audit
         self.gate.on_refuse = self.audit.connection_refused
 
+    def _start_policy(self, state: str | None) -> None:
+        """policy.yaml (--policy FILE, else ~/.config/ollie/policy.yaml) and the kill switch's
+        blocks (kept in the state directory): a broken file stops the start (ValueError)."""
+        from .tree.policy.files import add_files
+        from .tree.policy.gate import PolicyGate
+        g = self.policy = PolicyGate(self.opts.policy, state)
+        g.audit = self.audit
+        g.load()
+        g.sched = self.calls.sched
+        g.broker = self.runner.config.bypass_socket if self.runner is not None else None
+        self.calls.policy = self.fs.policy = g
+        add_files(self.fs, g)
+        g.start()
+
     def _start_metrics(self) -> None:
         """The root's metrics file, and --metrics HOST:PORT (loopback but for --listen-any:
         the tools' names and how they are used are the server's business)."""
@@ -432,6 +448,8 @@ class App:
         if self.runner is not None:
             await self.runner.close()
         await self.registry.close()
+        if self.policy is not None:
+            await self.policy.close()
         if self.searcher is not None:
             self.searcher.close()
         await self.store.stop_writer()

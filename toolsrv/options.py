@@ -164,6 +164,9 @@ OPTIONS: list[Opt] = [
     Opt(("--otlp-endpoint",), "otlp_endpoint", str, None, "a span per call to this "
         "OTLP/HTTP collector (e.g. http://127.0.0.1:4318; the otel extra); also "
         "OTEL_EXPORTER_OTLP_ENDPOINT; default none", metavar="URL"),
+    Opt(("--policy",), "policy", str, None, "who may load and call which tools, and how "
+        "often: this policy.yaml (default ~/.config/ollie/policy.yaml when it is there; "
+        "doc/sandbox.md, Policy)", metavar="FILE"),
     Opt(("--mount",), None, str, None, "mount with 9pfuse on start, unmount on exit",
         metavar="DIR"),
     Opt(("--uvloop",), None, bool, False,
@@ -252,7 +255,9 @@ class Options(Record, metaclass=_Signed):
     audit_keep: int
     metrics: str | None             # HOST:PORT of the metrics over HTTP; None: none
     otlp_endpoint: str | None       # traces (serve/traces.py): OTLP/HTTP to this URL, or
-    span_exporter: Any              # to this SpanExporter; else as OTEL_* say, or none
+                                    # to span_exporter; else as OTEL_* say, or none
+    policy: str | None              # policy.yaml (tree/policy/); None: the default place
+    span_exporter: Any              # the SpanExporter of traces (the tests' in-memory one)
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         if len(args) > len(self.FIELDS):

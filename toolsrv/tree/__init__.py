@@ -5,11 +5,13 @@
 # down (revision, revwait, status, tools/...); sessiondirs.py session/ and below (a
 # session's cwd and sandbox, agent/); agent.py an agent's files (ctl, log, schemas, a
 # loaded tool's call, out, err, status); searchfile.py the search files; scope.py the
-# guard on a tool's own connection (AgentScope, node_path).  Three folders hold
+# guard on a tool's own connection (AgentScope, node_path).  Four folders hold
 # what the namespace shows: calls/ a call from its args to its result (the ctl commands,
 # the scheduler), state/ the session store (sessions, agents, loaded tools, state.json,
-# saved in a group commit), resident/ tools that stay running between calls.  Nothing is
-# stored as files: a node asks the model whether it is alive.
+# saved in a group commit), resident/ tools that stay running between calls; policy/ who
+# may load and call which tools and how often (policy.yaml), and the kill switch, with
+# the root's policy and block files.  Nothing is stored as files: a node asks the model
+# whether it is alive.
 #
 # May import: registry/, run/, dirs/, errors, record.  Never serve/, app or cli/: the
 # 9P core calls into the tree, not the other way.

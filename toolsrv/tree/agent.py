@@ -40,6 +40,7 @@ from .root import json_text
 from .sessiondirs import AgentDir, after_save
 from ..errors import fit
 from .calls.jsonargs import json_state
+from .policy.who import name_of
 from .state.audit import principal
 from .state.sessions import Agent
 from .node import (Dir_, FixedDir, Node, Pending, TextFile, answer_read, answered,
@@ -140,7 +141,8 @@ class CtlFile(Node):
         audit = self.calls.sched.audit
         if audit is not None and text.strip():
             audit.check()
-        saved = self.calls.apply(self.a, text) if text.strip() else None   # or raise
+        who = name_of(fid) if self.calls.policy is not None else None
+        saved = self.calls.apply(self.a, text, who) if text.strip() else None   # or raise
         answered(fid, offset + len(data))        # applied: the next read answers afresh
         if audit is None or not text.strip():
             return after_save(saved, lambda _: len(data))
@@ -251,7 +253,8 @@ class CallFile(Node):
         if state == "invalid":
             self._refuse(P9Error(fit("invalid args: ", val)))
         scope = getattr(getattr(fid.conn, "config", None), "guard", None)
-        got = d.calls.begin(d.a, d.tool, val, getattr(scope, "parent", None))
+        who = name_of(fid, val) if d.calls.policy is not None else None   # tree/policy
+        got = d.calls.begin(d.a, d.tool, val, getattr(scope, "parent", None), who)
         if not inspect.isawaitable(got):
             _made(fid, got)
             return len(data)

@@ -39,6 +39,7 @@ class ToolsrvFS:
         self.session_hosts: Any = None   # session/<id>/hosts/ (toolsrv/hosts/sessioncwd.py)
         self.call_timeout: float | None = None   # serve --timeout: timebound.py states it
         self.audit: Any = None     # the audit trail (state/audit.py): sessions and agents
+        self.policy: Any = None    # tree/policy/gate.PolicyGate: its errors, sessions' limit
         self.qids = Qids()
         self.attaches: list[tuple[str, str, str]] = []
         self._paths_at = -1          # the revision whose tools have qid paths (_tools_file)
@@ -82,8 +83,8 @@ class ToolsrvFS:
         nodes: list[Node] = [
             TextFile("index", self.q("tools", "index"), d, lambda: reg.index_text().encode(),
                      changes=lambda: reg.revision),
-            TextFile("errors", self.q("tools", "errors"), d, lambda: reg.errors_text().encode(),
-                     changes=reg.errors_text),
+            TextFile("errors", self.q("tools", "errors"), d, lambda: self._errors().encode(),
+                     changes=self._errors),
         ]
         if self.searcher is not None:
             from .searchfile import SearchFile
@@ -93,6 +94,11 @@ class ToolsrvFS:
         names = reg.names() if hasattr(reg, "names") else sorted(reg.tools)
         nodes += [ToolDir(name, self.q("tool", name), d, self) for name in names]
         return nodes
+
+    def _errors(self) -> str:
+        """tools/errors: the registry's lines, then the policy file's (tree/policy/gate.py)."""
+        more = self.policy.errors_text() if self.policy is not None else ""
+        return self.registry.errors_text() + more
 
     def _tools_file(self, d: Node, name: str) -> Node | None:
         """tools/<name> without listing every tool: a file of the registry's, else the

@@ -21,6 +21,7 @@ from toolsrv.proto import DMDIR, DMTMP
 
 from .. import errors as E
 from ..errors import P9Error, too_long
+from .policy.who import name_of
 from .state.audit import principal
 from .state.sessions import Agent, Session, SessionStore
 from .node import Committed, Dir_, FixedDir, Node, Qids, changes, snapshot_read
@@ -65,14 +66,19 @@ class SessionRoot(Dir_):
     def create(self, name: str, perm: int, mode: int, fid: Any) -> Any:
         if not perm & DMDIR:
             raise P9Error(E.ECREATE)
-        audit = self.fs.audit
+        audit, policy = self.fs.audit, getattr(self.fs, "policy", None)
+        who = name_of(fid) if policy is not None else ""
+        if policy is not None:
+            policy.check_session(who)       # a block, or its limits.sessions (tree/policy)
+        if audit is not None:
+            audit.check()
+        made = self.fs.store.create(name, temporary=bool(perm & DMTMP))
+        if policy is not None and name in self.fs.store.sessions:
+            policy.session_made(who, self.fs.store.sessions[name])
         if audit is None:
-            return after_save(self.fs.store.create(name, temporary=bool(perm & DMTMP)),
-                              self._node)
-        audit.check()
-        return after_save(self.fs.store.create(name, temporary=bool(perm & DMTMP)),
-                          lambda s: audit.change("session", "made", principal(fid), s.name)
-                          or self._node(s))
+            return after_save(made, self._node)
+        return after_save(made, lambda s: audit.change("session", "made", principal(fid),
+                                                       s.name) or self._node(s))
 
 
 class SessionDir(FixedDir):

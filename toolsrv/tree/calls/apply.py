@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import json
 from typing import Any, Awaitable
 
@@ -41,6 +42,7 @@ class Calls:
                                per_agent=per_agent)
         self.max_args = max_args
         self.timeout = timeout      # serve --timeout (timebound.py)
+        self.policy: Any = None     # tree/policy/gate.PolicyGate: who may load and call
         self.store.on_remove_agent.append(lambda a: self.sched.stop_agent(a))
         self.store.on_remove_agent.append(self.sched.residents.drop_agent)
 
@@ -67,11 +69,11 @@ class Calls:
         return a.extra.setdefault("latest", {})
 
     # -- ctl --
-    def apply(self, a: Agent, text: str) -> Any:
+    def apply(self, a: Agent, text: str, who: str | None = None) -> Any:
         """Check every command of one write, then apply them all, or raise; None once
         saved, or an awaitable of that (sessions.SessionStore.change): a write that cannot
         be saved is undone and fails with the reason.  Unloaded tools' runs end once the
-        unload is saved."""
+        unload is saved.  `who`: the writer's principal, whose policy a load must pass."""
         try:
             cmds = ctl.parse(text)
             loaded = set(a.loaded)               # as it will be when each line runs
@@ -81,6 +83,8 @@ class Calls:
                         more = self.registry.why_missing(n)
                         raise P9Error(fit("tool_load: ", f"no such tool: {n}"
                                           + (f": {more}" if more else ""), ""))
+                    if verb == "tool_load" and self.policy is not None and who is not None:
+                        self.policy.check_load(who, n)
                     if verb != "tool_load" and n not in loaded:
                         raise P9Error(fit(f"{verb}: ", f"no such tool loaded: {n}", ""))
                 loaded = (loaded | set(names) if verb == "tool_load" else
@@ -119,18 +123,49 @@ class Calls:
         self.sched.residents.drop(a, [self.registry.get(n) for n in names], why)
 
     # -- call --
-    def begin(self, a: Agent, tool_name: str, args: Any,
-              parent: Call | None = None) -> Call | Awaitable[Call]:
+    def begin(self, a: Agent, tool_name: str, args: Any, parent: Call | None = None,
+              who: str | None = None) -> Call | Awaitable[Call]:
         """Validate args and start the call, or raise the Rerror for the writer.  A check
         that can run a regex, or that takes more than LOOP_STEPS keywords, is made (again)
         in a thread with its whole budget (schemaref: regex, steps), and then this is an
         awaitable of the Call.  `parent`: the running call whose connection wrote it,
-        whose child it is (nested.py)."""
+        whose child it is (nested.py).  `who`: the principal it is made for, whose
+        policy it must pass first (tree/policy/gate.py); a call the policy asks to be
+        confirmed waits for the approval broker's answer."""
         tool = self.registry.get(tool_name)
         if tool is None or tool_name not in a.loaded:
             raise P9Error(f"no such tool: {tool_name}")
         if parent is not None and (parent.done.is_set() or parent.agent is not a):
             parent = None           # its run is over (or another agent's): a call of its own
+        if self.policy is not None and who is not None:
+            try:
+                ask = self.policy.check_call(who, tool_name, parent is not None)
+            except P9Error as e:
+                self._refused(a, tool_name, args, e)
+                raise
+            if ask:
+                return self._confirmed(ask, a, tool_name, args, parent, who)
+        return self._begin(a, tool_name, tool, args, parent, who)
+
+    async def _confirmed(self, where: str, a: Agent, tool_name: str, args: Any,
+                         parent: Call | None, who: str) -> Call:
+        """The call once the approval broker confirmed it (policy.yaml's `confirm`)."""
+        try:
+            await self.policy.confirm(where, who, {
+                "session": a.session.name, "agent": a.name, "tool": tool_name,
+                "args": args, "cwd": a.session.cwd})
+            tool = self.registry.get(tool_name)
+            if tool is None or tool_name not in a.loaded:
+                raise P9Error(f"no such tool now: {tool_name} (it changed or was unloaded "
+                              "while the call waited for its confirmation)")
+        except P9Error as e:
+            self._refused(a, tool_name, args, e)
+            raise
+        got = self._begin(a, tool_name, tool, args, parent, who)
+        return await got if inspect.isawaitable(got) else got
+
+    def _begin(self, a: Agent, tool_name: str, tool: Any, args: Any, parent: Call | None,
+               who: str | None) -> Call | Awaitable[Call]:
         try:
             if not isinstance(args, dict):
                 raise P9Error(fit("invalid args: ", "must be a JSON object"))
@@ -142,20 +177,23 @@ class Calls:
             if slow is None:
                 slow = uses_regex(tool.schema)
             if slow:
-                return self._begin_checked(a, tool_name, tool, args, elevated, parent, meta)
+                return self._begin_checked(a, tool_name, tool, args, elevated, parent, meta,
+                                           who)
             try:
                 validate(tool, args, LOOP_STEPS)
             except StepsSpent:
-                return self._begin_checked(a, tool_name, tool, args, elevated, parent, meta)
+                return self._begin_checked(a, tool_name, tool, args, elevated, parent, meta,
+                                           who)
             timebound.check(tool, args, timebound.limit(tool, a.session.sandbox, self.timeout))
         except P9Error as e:
             self._refused(a, tool_name, args, e)
             raise
-        return self._start(a, tool_name, tool, args, elevated, parent, meta)
+        return self._start(a, tool_name, tool, args, elevated, parent, meta, who)
 
     async def _begin_checked(self, a: Agent, tool_name: str, tool: Any, args: dict,
                              elevated: bool, parent: Call | None,
-                             meta: dict[str, str] | None = None) -> Call:
+                             meta: dict[str, str] | None = None,
+                             who: str | None = None) -> Call:
         try:
             await asyncio.get_running_loop().run_in_executor(_checks(), validate, tool, args)
             if self.registry.get(tool_name) is not tool or tool_name not in a.loaded:
@@ -165,14 +203,15 @@ class Calls:
         except P9Error as e:
             self._refused(a, tool_name, args, e)
             raise
-        return self._start(a, tool_name, tool, args, elevated, parent, meta)
+        return self._start(a, tool_name, tool, args, elevated, parent, meta, who)
 
     def _refused(self, a: Agent, tool_name: str, args: Any, e: P9Error) -> None:
         self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
         a.note(f"call {tool_name} {_short(args)} -> {e.full}")
 
     def _start(self, a: Agent, tool_name: str, tool: Any, args: dict, elevated: bool,
-               parent: Call | None = None, meta: dict[str, str] | None = None) -> Call:
+               parent: Call | None = None, meta: dict[str, str] | None = None,
+               who: str | None = None) -> Call:
         text = _to_json(args)       # the log line's, and the tool's stdin
         c = Call(tool_name, a, args, elevated)
         c.meta = meta or {}         # jsonargs.take_meta: its principal and traceparent
@@ -182,7 +221,19 @@ class Calls:
             c.stdin = json.dumps(args).encode()
         if parent is not None and not parent.done.is_set():
             nested.started(parent, c)
-        self.sched.start(c, tool, a.session.sandbox)
+        if self.policy is not None and who is not None:
+            try:                    # its principal's runs (policy.yaml's limits.runs)
+                self.policy.take_run(who, c)
+            except P9Error as e:
+                nested.ended(c, lambda _: None)
+                self._refused(a, tool_name, args, e)
+                raise
+        try:
+            self.sched.start(c, tool, a.session.sandbox)
+        except P9Error:
+            for fn in c.waiters:    # never started: what it took is given back
+                fn()
+            raise
         self.latest(a)[tool_name] = c
         child = f" (child of {parent.tool})" if c.parent is not None else ""
         context = "".join(f" {'for' if k == 'principal' else 'trace'} {v}"
