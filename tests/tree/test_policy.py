@@ -382,34 +382,3 @@ def as_nobody(app: AppThread, session: str) -> dict:
                        group=NOBODY, capture_output=True, text=True, timeout=60, cwd=OUTSIDE)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
-
-
-def toolsrv(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolsrv", *args], capture_output=True,
-                          text=True, timeout=60, cwd=OUTSIDE)
-
-
-def test_the_block_verbs_and_the_sessions_limit(served):
-    served.write("default:\n  limits: {sessions: 2}\n")
-    app = served.start()
-    with Client.connect(app.addr) as c:
-        agent(c, "", "s1")
-        c.mkdir("session/s2")
-        with pytest.raises(ClientError) as e:
-            c.mkdir("session/s3")
-        assert e.value.ename == ("resource busy: policy default.limits.sessions: "
-                                 f"{ME} has 2 sessions (limit 2); remove one first")
-        c.rm("session/s1")
-        c.mkdir("session/s3")                   # one gone: room for one more
-    r = toolsrv("block", "-a", app.addr, "deploy_*", "uid:4242")
-    assert (r.returncode, r.stdout, r.stderr) == (0, "deploy_*\nuid:4242\n", "")
-    assert toolsrv("block", "-a", app.addr).stdout == "deploy_*\nuid:4242\n"
-    r = toolsrv("unblock", "-a", app.addr, "uid:4242")
-    assert (r.returncode, r.stdout) == (0, "deploy_*\n")
-    r = toolsrv("block", "-a", app.addr, "bad\x01word")
-    assert r.returncode == 1 and r.stderr.startswith("toolsrv: block: block: not a tool or "
-                                                     "principal")
-    with open(os.path.join(app.opts.state_dir, "blocks")) as f:
-        assert f.read() == "deploy_*\n"
-    ops = [(r["op"], r["word"]) for r in trail(app) if r.get("op") in ("blocked", "unblocked")]
-    assert ops == [("blocked", "deploy_*"), ("blocked", "uid:4242"), ("unblocked", "uid:4242")]

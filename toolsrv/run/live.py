@@ -13,11 +13,14 @@
 # a whole line of stderr; DONE and TOTAL are non-negative decimal numbers, MESSAGE the rest
 # of the line (cut to MESSAGE_MAX characters, control characters dropped).  The line stays
 # in `err` as the tool wrote it; the tool's I/O contract (args on stdin, the result on
-# stdout) is untouched.
+# stdout) is untouched.  A call whose tool has secrets (run/secrets.py) sets `redact`: a
+# line is redacted whole before it is parsed and cut, so no value, nor its beginning,
+# reaches `status` (its out and err are redacted when the call ends: nothing of them is
+# served while it runs).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 MESSAGE_MAX = 200
 LINE_MAX = 4096          # a longer stderr line is not a progress line (not kept whole)
@@ -52,6 +55,7 @@ class Live:
         self.report: tuple[float, float | None, str] | None = None
         self._scanned = 0                # chunks of err scanned
         self._tail = b""                 # an unfinished last line of those
+        self.redact: Callable[[str], str | None] | None = None   # run/secrets.Values'
 
     def attach(self, out: Any, err: Any) -> None:
         self.out, self.err = out, err
@@ -78,7 +82,8 @@ class Live:
                 self._tail = b"\0"       # too long to be one: the rest of it is skipped
             for raw in reversed(lines):
                 if raw.startswith(b"progress "):
-                    got = parse(raw.decode("utf-8", "replace"))
+                    line = raw.decode("utf-8", "replace")
+                    got = parse((self.redact(line) or "") if self.redact else line)
                     if got is not None:
                         self.report = got
                         break

@@ -38,6 +38,7 @@ from ...run.live import Live, parse as parse_progress
 from ...run.pumps import last_line
 from ...run.runner import RunRequest
 from ...run.sandbox import load_profile
+from ...run.secrets import SecretError, Values, read as read_secrets
 from ..resident.manager import COLD, Residents
 from ..state.sessions import Agent
 from . import nested
@@ -86,6 +87,7 @@ class Call(Plain):
         self.span: Any = None               # its trace span, when traced (serve/traces.py),
         self.arrived = self.started         # begun as it arrived
         self.trace: str | None = None       # that span's traceparent, for its run and remotes
+        self.secrets: Values | None = None  # its tool's secrets while it runs (run/secrets.py)
 
     @property
     def stdout(self) -> bytes:
@@ -167,6 +169,40 @@ def outcome(call: Call, limit: str = "") -> None:
     else:
         call.state = "killed"
         call.reason = f"killed by signal {r.signal or 0:d} (input/output error)"
+
+
+def _secrets(tool: Any) -> Values | None:
+    """The values of the tool's secrets, read now (run/secrets.py), or None when it names
+    none; a P9Error naming the secret and where it looked when one cannot be used."""
+    names = getattr(tool, "secrets", ())
+    if not names:
+        return None
+    try:
+        return read_secrets(names)
+    except SecretError as e:
+        raise P9Error(str(e), e.full) from None
+
+
+def scrub(call: Call, values: Values, config: Any = None) -> None:
+    """Each secret's value as `[secret NAME]` in what the call's run gave back: its out
+    and err (in a stream the output cap cut, a value's beginning at its end too), and its
+    reason; then the call lets go of the values.  Done once, where the result is
+    assembled, before a reader is woken."""
+    r = call.result
+    if r is not None:
+        out_cap = getattr(config, "stdout_cap", None)
+        err_cap = getattr(config, "stderr_cap", None)
+        r.stdout = values.redact_bytes(r.stdout, r.truncated is not None and out_cap
+                                       is not None and len(r.stdout) >= out_cap)
+        r.stderr = values.redact_bytes(r.stderr, r.truncated is not None and err_cap
+                                       is not None and len(r.stderr) >= err_cap)
+        r.error = values.redact_text(r.error)
+    for field in ("reason", "detail"):
+        text = getattr(call, field)
+        clean = values.redact_text(text)
+        if clean != text:
+            setattr(call, field, clean)
+    call.secrets = None
 
 
 def _size(r: Any) -> str:
@@ -264,6 +300,7 @@ class Scheduler:
             if remote is not None:      # another host's tool (toolsrv/hosts): run there
                 await remote.run_call(call, tool)   # sets the outcome; nothing runs here
                 return
+            values = _secrets(tool)     # refused here, before the run, when one is missing
             # a tool may declare the profile it needs (client_9p: "client9p")
             declared = (getattr(tool, "extra", None) or {}).get("sandbox")
             try:
@@ -278,6 +315,11 @@ class Scheduler:
             traceparent = call.trace or call.meta.get("traceparent")
             if traceparent:                     # W3C Trace Context's variable name
                 env["TRACEPARENT"] = traceparent
+            if values is not None:              # this run's alone: never state, log, tree
+                env.update(values.env)
+                call.secrets = values
+                call.live = Live()
+                call.live.redact = values.redact_text
             conn = None
             if getattr(profile, "toolsrv", False) and self.connect is not None:
                 conn = await self.connect(s.name, call.agent.name, call)
@@ -299,7 +341,7 @@ class Scheduler:
                 call.state = "running"
                 call.started = time.monotonic()
                 call.deadline = call.started + seconds
-                call.live = req.context["live"] = Live()
+                call.live = req.context["live"] = call.live or Live()
                 how = COLD
                 if getattr(tool, "resident", None):
                     how = await self.residents.run(call, tool, req)
@@ -310,6 +352,8 @@ class Scheduler:
             finally:
                 if conn is not None:
                     conn.close()
+                if values is not None:          # before anyone can read what it gave back
+                    scrub(call, values, getattr(self.runner, "config", None))
             outcome(call, cut or limit_source(profile))
 
     def stop(self, call: Call) -> None:

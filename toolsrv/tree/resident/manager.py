@@ -30,6 +30,14 @@ lsp_* tool naming that command; it ends when the last of those agents unloads it
 tools or is removed, when idle, and restarts on a change of the session's cwd or sandbox.
 The process is the bridge (tree/resident/lspbridge.py) with the server as its child; a call is
 resident.lspedit.run over the entry's lspproto.Client (initialized once per process).
+
+Secrets (issue 50, run/secrets.py): a process gets its tool's secrets in its environment
+when it starts, as a cold run does, and keeps them.  So a tool's secret names are part of
+its entry's key (tools that name others never share its process: a python interpreter
+of tools of one directory is one per set of names), and their values' digest is part of
+what it was started with: a call that reads other values (a rotated secret) restarts it
+first, as a changed cwd does.  Whatever it gives back (output, error, failure, stderr)
+and what the entry says of it (log, status) is redacted with the values it has.
 """
 from __future__ import annotations
 
@@ -44,6 +52,7 @@ from ...errors import defuse
 from ...record import Plain
 from . import lspedit, lspproto, mcp as mcpproto, process as resident, pyrun
 from ...run.runner import RunRequest, RunResult
+from ...run.secrets import Values
 from ...errors import fit
 
 log = logging.getLogger("toolsrv.resident")
@@ -77,6 +86,7 @@ class Entry(Plain):
         self.users: dict[Any, set[str]] = {}   # lsp: the agents that share it, their tools;
         #                                        python: the agent's tools that called it
         self.said: set[tuple[str, str]] = set()   # python: (tool, why) a call ran cold
+        self.secrets: Values | None = None      # the values its process was started with
 
     def status_line(self) -> str:
         p = self.proc
@@ -96,10 +106,17 @@ class Entry(Plain):
 def entry_key(tool: Any) -> tuple:
     r = tool.resident
     if r["protocol"] in ("mcp", "lsp"):
-        return (r["protocol"], tuple(tool.command.argv))
+        return _named((r["protocol"], tuple(tool.command.argv)), tool)
     if r["protocol"] == "python":       # one interpreter for an agent's tools alike
-        return pyrun.tool_key(tool)
+        return _named(pyrun.tool_key(tool), tool)
     return (r["protocol"], tool.name)      # lines
+
+
+def _named(key: tuple, tool: Any) -> tuple:
+    """The key of a tool that names secrets: its process is not shared with tools that
+    name others (the module's header)."""
+    names = getattr(tool, "secrets", ())
+    return key + (("secrets", *names),) if names else key
 
 
 class Residents:
@@ -162,7 +179,8 @@ class Residents:
                 job, why = pyrun.job(tool, req.argv, req.cwd), ""
             except pyrun.Cold as err:
                 job, why = (), str(err)
-            e = self.entry(call.agent, tool, pyrun.key(tool, job[2] if job else None))
+            e = self.entry(call.agent, tool, _named(pyrun.key(tool, job[2] if job else None),
+                                                    tool))
             if req.elevated or req.extra_fds:
                 return self._cold(e, tool.name, "an elevated call runs outside the sandbox"
                                   if req.elevated else "a call given its own toolsrv connection")
@@ -198,7 +216,8 @@ class Residents:
             return None
         # the profile itself, not its name: an edit that revokes a grant ends the process
         # before its next call (load_profile reads a profile again once it changed)
-        where = (req.cwd, req.profile, e.key if job else tuple(req.argv))
+        stamp = call.secrets.stamp() if call.secrets else None
+        where = (req.cwd, req.profile, e.key if job else tuple(req.argv), stamp)
         if e.protocol == "lsp":          # a profile the tool names (lsp) replaces the
             where += (call.agent.session.sandbox,)    # session's; its change restarts too
         if e.proc is not None and (not e.proc.alive or e.where != where):
@@ -237,6 +256,7 @@ class Residents:
 
     def _ran(self, call: Any, e: Entry, rep: resident.Reply, timeout: float) -> str | None:
         """The python protocol's outcome: the run the process reports, as a cold run's."""
+        _redact(rep, call.secrets)
         if rep.cancelled or (rep.failure is not None and not rep.timed_out):
             self._outcome(call, e, rep)
             return None
@@ -272,7 +292,7 @@ class Residents:
         line_cap = pyrun.line_cap(cfg.stdout_cap, cfg.stderr_cap) if e.protocol == "python" \
             else cfg.stdout_cap
         e.proc = resident.Process(self.runner.launcher, handle, line_cap, cfg.stderr_cap)
-        e.where, e.stopped = where, ""
+        e.where, e.stopped, e.secrets = where, "", call.secrets
         self.live.add(e)
         self._note(e, "started: this agent's one interpreter for its one-shot Python tools "
                    "(their calls run in it, not as warm starts)" if e.protocol == "python"
@@ -331,6 +351,7 @@ class Residents:
         return rep
 
     def _outcome(self, call: Any, e: Entry, rep: resident.Reply) -> None:
+        _redact(rep, call.secrets)
         call.result = RunResult(stdout=(rep.output or "").encode(), stderr=rep.stderr,
                                 exit_code=0 if rep.failure is None else None,
                                 timed_out=rep.timed_out, cancelled=rep.cancelled,
@@ -365,7 +386,7 @@ class Residents:
 
     def _failed_start(self, e: Entry, why: str) -> None:
         e.fails += 1
-        e.stopped = why
+        e.stopped = why = _said(e, why)
         if e.fails >= 2:
             wait = min(BACKOFF_MAX, BACKOFF * 2 ** (e.fails - 2))
             e.next_try = time.monotonic() + wait
@@ -381,7 +402,7 @@ class Residents:
             e.timer.cancel()
             e.timer = None
         self.live.discard(e)
-        e.stopped = why
+        e.stopped = why = _said(e, why)
         if proc is None:
             return
         self._note(e, f"stopped: {why}")
@@ -394,7 +415,7 @@ class Residents:
 
     def _note(self, e: Entry, what: str) -> None:
         if e.agent is not None:
-            e.agent.note(f"resident {e.name} -> {what}")
+            e.agent.note(f"resident {e.name} -> {_said(e, what)}")
 
     def _kill_dying(self, proc: resident.Process) -> None:
         self.dying.discard(proc)
@@ -478,12 +499,28 @@ def compact(args: Any) -> bytes:
 
 def _changed(was: tuple, now: tuple) -> str:
     """Why a resident process is restarted: what differs between its (cwd, profile,
-    command) and the call's."""
+    command, secrets' digest) and the call's."""
     if was[2:3] != now[2:3]:
         return "command changed"
+    if was[3:4] != now[3:4]:
+        return "its secrets changed"
     if was[1:2] == now[1:2] or was[1].name != now[1].name:
         return "sandbox or cwd changed"
     return f"sandbox profile {now[1].name} edited"
+
+
+def _redact(rep: resident.Reply, values: Values | None) -> None:
+    """A reply with the call's secrets' values as `[secret NAME]` (run/secrets.py)."""
+    if values:
+        rep.output = values.redact_text(rep.output)
+        rep.error = values.redact_text(rep.error)
+        rep.failure = values.redact_text(rep.failure)
+        rep.stderr = values.redact_bytes(rep.stderr)
+
+
+def _said(e: Entry, text: str) -> str:
+    """What the entry says of its process (log, status), its values redacted."""
+    return (e.secrets.redact_text(text) or "") if e.secrets else text
 
 
 def _fail(call: Any, state: str, reason: str, detail: str | None = None) -> None:
