@@ -6,8 +6,9 @@
   (`$ command` lines, each followed by what it prints) must print that, time stamps and
   durations aside (`…` in the doc stands for anything).  Blocks that go through the mount
   run where plan9port's 9pfuse is installed and skip, saying why, elsewhere.
-- Every YAML block in the docs is a sandbox profile that validates; every JSON block is a
-  `.meta` that parses (or args: a JSON object).
+- Every YAML block in the docs is a sandbox profile that validates, or a policy.yaml (its
+  keys default and principals) that does; every JSON block is a `.meta` that parses (or
+  args: a JSON object).
 """
 from __future__ import annotations
 
@@ -60,10 +61,18 @@ def blocks(path: str, lang: str | None = None) -> list[Block]:
 
 def test_yaml_blocks_are_valid_profiles():
     from toolsrv.run.sandbox import parse_profile
+    from toolsrv.tree.policy.rules import TOP, parse
     found = [b for d in DOCS for b in blocks(d, "yaml")]
     assert found
+    policies = 0
     for b in found:
-        parse_profile(yaml.safe_load(b.text), "doc", str(b))   # raises with the culprit
+        doc = yaml.safe_load(b.text)
+        if isinstance(doc, dict) and doc and set(doc) <= set(TOP):
+            parse(b.text, str(b))        # a policy.yaml (doc/sandbox.md): raises naming it
+            policies += 1
+        else:
+            parse_profile(doc, "doc", str(b))   # raises with the culprit
+    assert policies >= 2
 
 
 def test_json_blocks_are_valid_meta_files_or_args():

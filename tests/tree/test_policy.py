@@ -382,3 +382,66 @@ def as_nobody(app: AppThread, session: str) -> dict:
                        group=NOBODY, capture_output=True, text=True, timeout=60, cwd=OUTSIDE)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
+
+
+def toolsrv(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "toolsrv", *args], capture_output=True,
+                          text=True, timeout=60, cwd=OUTSIDE)
+
+
+def test_the_block_verbs_and_the_sessions_limit(served):
+    served.write("default:\n  limits: {sessions: 2}\n")
+    app = served.start()
+    with Client.connect(app.addr) as c:
+        agent(c, "", "s1")
+        c.mkdir("session/s2")
+        with pytest.raises(ClientError) as e:
+            c.mkdir("session/s3")
+        assert e.value.ename == ("resource busy: policy default.limits.sessions: "
+                                 f"{ME} has 2 sessions (limit 2); remove one first")
+        c.rm("session/s1")
+        c.mkdir("session/s3")                   # one gone: room for one more
+    r = toolsrv("block", "-a", app.addr, "deploy_*", "uid:4242")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "deploy_*\nuid:4242\n", "")
+    assert toolsrv("block", "-a", app.addr).stdout == "deploy_*\nuid:4242\n"
+    r = toolsrv("unblock", "-a", app.addr, "uid:4242")
+    assert (r.returncode, r.stdout) == (0, "deploy_*\n")
+    r = toolsrv("block", "-a", app.addr, "bad\x01word")
+    assert r.returncode == 1 and r.stderr.startswith("toolsrv: block: block: not a tool or "
+                                                     "principal")
+    with open(os.path.join(app.opts.state_dir, "blocks")) as f:
+        assert f.read() == "deploy_*\n"
+    ops = [(r["op"], r["word"]) for r in trail(app) if r.get("op") in ("blocked", "unblocked")]
+    assert ops == [("blocked", "deploy_*"), ("blocked", "uid:4242"), ("unblocked", "uid:4242")]
+
+
+def test_the_worked_example_of_doc_sandbox_md():
+    """doc/sandbox.md's worked example, read from the page, means what the page says."""
+    from toolsrv.tree.policy.rules import parse
+    from outside import CHECKOUT
+    with open(os.path.join(CHECKOUT, "doc", "sandbox.md"), encoding="utf-8") as f:
+        page = f.read()
+    part = page.split("### A worked example: GitHub", 1)[1]
+    rules = parse(part.split("```yaml\n", 1)[1].split("```", 1)[0], "policy.yaml")
+    ci, alice, me, other = (rules.rule(w) for w in (
+        "tls:O=team,CN=agent-ci", "oauth:alice@example.com", "uid:1000", "uid:1001"))
+    assert other.verdict("github_read_pr") is None and other.verdict("file_read") is None
+    assert other.verdict("github_comment") == ("tools", "")
+    assert other.named("tools") == "default.tools"
+    assert ci.verdict("github_merge") == ("confirm", "github_merge")
+    assert ci.verdict("github_comment") is None and ci.verdict("shell") == ("tools", "")
+    assert alice.verdict("github_merge") == ("deny", "github_merge")
+    assert alice.verdict("github_comment") is None
+    assert alice.limits == {"calls_per_minute": 60, "runs": 2, "sessions": 2}
+    assert ci.limits == {"calls_per_minute": 600, "runs": 8, "sessions": 2}
+    assert me.verdict("deploy_x") is None and set(me.limits.values()) == {None}
+    said = ("permission denied: policy default.tools: uid:1001 may load file_read, "
+            "file_grep, github_read_*; github_comment is not among them")
+    assert " ".join(said.split()) in " ".join(part.split())
+    from toolsrv.errors import P9Error
+    from toolsrv.tree.policy.gate import PolicyGate
+    g = PolicyGate(os.devnull)
+    g.rules = rules
+    with pytest.raises(P9Error) as e:
+        g.check_load("uid:1001", "github_comment")
+    assert e.value.full == said
