@@ -39,6 +39,7 @@ from ..errors import P9Error, too_long
 from .root import json_text
 from .sessiondirs import AgentDir, after_save
 from ..errors import fit
+from ..record import Plain
 from .calls.jsonargs import json_state
 from .policy.who import name_of
 from .state.audit import principal
@@ -229,7 +230,7 @@ class CallFile(Node):
 
     def _take(self, fid: Any, data: bytes) -> int:
         d = self.parent
-        if "call" in fid.aux:       # the call made stays the latest: only the log hears
+        if _kept(fid).call is not None:   # the call made stays the latest: only the log hears
             self._refuse(P9Error("call: already made on this open file; open call again "
                                  "(in use)"), latest=False)
         buf = fid.aux.setdefault("argbuf", bytearray())
@@ -262,13 +263,14 @@ class CallFile(Node):
         # its schema's regexes are checked in a thread: a Tread sent behind this Twrite
         # (the pipelined rdwr) waits for the call, as it would had the Twrite made it
         waiting: list[Callable[[], None]] = []
-        fid.aux["checking"] = waiting
+        kept = _kept(fid)
+        kept.checking = waiting
 
         async def checked() -> int:
             try:
                 _made(fid, await got)
             finally:
-                fid.aux.pop("checking", None)
+                kept.checking = None
                 for ready in waiting:
                     ready()
             return len(data)
@@ -296,30 +298,31 @@ class CallFile(Node):
     def clunk(self, fid: Any) -> None:
         """JSON left incomplete when the writer closes is reported, not lost; a call made
         here and never read here is handed over to the next reader of out or err."""
-        fid.aux["clunked"] = True   # (a call still being checked is made after this)
-        call: Call | None = fid.aux.get("call")
+        kept = _kept(fid)
+        kept.clunked = True         # (a call still being checked is made after this)
+        call = kept.call
         if call is not None:        # read here: nobody else waits; unread: anyone may
-            if "read" in fid.aux:
+            if kept.read:
                 call.handed = False
             call.heir = None
         buf = fid.aux.get("argbuf")
-        if buf and "call" not in fid.aux and fid.aux.get("told") != len(buf):  # not yet said
+        if buf and call is None and kept.told != len(buf):  # not yet said
             d = self.parent
             why = fit("invalid args: ", f"incomplete JSON discarded at close: {bytes(buf)[:60]!r}")
             d.calls.latest(d.a)[d.tool] = invalid_call(d.tool, d.a, why)
             d.a.note(f"call {d.tool} -> {why}")
 
     def read(self, fid: Any, offset: int, count: int) -> Any:
-        checking = fid.aux.get("checking")
-        if checking is not None:            # the Twrite's call is still being checked
-            return self._after(checking, fid, offset, count)
-        call: Call | None = fid.aux.get("call")
+        kept = _kept(fid)
+        if kept.checking is not None:       # the Twrite's call is still being checked
+            return self._after(kept.checking, fid, offset, count)
+        call = kept.call
         if call is not None:
-            fid.aux["read"] = True          # this fid waits for the result: no hand-over
+            kept.read = True                # this fid waits for the result: no hand-over
         else:
             buf = fid.aux.get("argbuf")
             if buf is not None:           # written, but no call made of it: never a success
-                fid.aux["told"] = len(buf)     # kept: a next write may still complete it
+                kept.told = len(buf)        # kept: a next write may still complete it
                 self._refuse(P9Error(fit("invalid args: incomplete JSON: ", _incomplete(buf))))
             return b""
         if call.done.is_set():
@@ -362,9 +365,38 @@ class CallFile(Node):
 def _made(fid: Any, call: Call) -> None:
     """The call this fid wrote: its out and err go to their first reader on this
     connection, while the fid is open (CallFile.clunk widens or ends that)."""
-    fid.aux["call"] = call
-    call.handed, call.heir = True, None if "clunked" in fid.aux else fid.conn
+    kept = _kept(fid)
+    kept.call = call
+    call.handed, call.heir = True, None if kept.clunked else fid.conn
     call.principal = principal(fid)      # who, in its audit record (state/audit.py)
+
+
+class CallFid(Plain):
+    """What the call file keeps for one fid, in its aux under "callfid" (_kept).  The
+    args written and not yet a call stay aux["argbuf"], as bytes: the server counts those
+    against the connection's max_held (tree/node.py)."""
+
+    FIELDS = ("call", "checking", "clunked", "read", "told")
+    call: Call | None                           # the call its writes made
+    checking: list[Callable[[], None]] | None   # while that call's args are checked: what
+                                                # runs once it is made (a read behind it)
+    clunked: bool                               # the fid is clunked (its call handed over)
+    read: bool                                  # it read `call`: it waits for the result
+    told: int | None                            # the bytes of argbuf a read refused
+
+    def __init__(self, call: Call | None = None,
+                 checking: list[Callable[[], None]] | None = None, clunked: bool = False,
+                 read: bool = False, told: int | None = None) -> None:
+        self.call, self.checking, self.clunked, self.read, self.told = \
+            call, checking, clunked, read, told
+
+
+def _kept(fid: Any) -> CallFid:
+    """The call file's record of this fid, made on first use."""
+    kept = fid.aux.get("callfid")
+    if kept is None:
+        kept = fid.aux["callfid"] = CallFid()
+    return kept
 
 
 def _incomplete(buf: bytearray) -> str:
