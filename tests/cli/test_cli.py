@@ -44,7 +44,7 @@ def run(env, *args, stdin: str | None = None) -> subprocess.CompletedProcess:
 def test_first_run_banner(served):
     env, banner, _ = served
     assert f"serving on unix!{env['NAMESPACE']}/toolsrv" in banner
-    bundled = len([f for f in os.listdir(os.path.join(REPO, "data", "tools"))
+    bundled = len([f for f in os.listdir(os.path.join(REPO, "toolsrv", "data", "tools"))
                    if f.endswith(".meta")])
     assert "tools loaded from" in banner and " in tools/errors" in banner
     n = int(banner.split(" tools loaded")[0].rsplit("toolsrv: ", 1)[1])
@@ -135,7 +135,8 @@ def test_verbs(served):
     env = served[0]
     r = run(env, "ls", "-l", "/")
     assert r.returncode == 0 and [ln.split()[-1] for ln in r.stdout.splitlines()] == \
-        ["hosts", "metrics", "revision", "revwait", "session", "status", "tools"]
+        ["block", "hosts", "metrics", "policy", "revision", "revwait", "session", "status",
+         "tools"]
     assert run(env, "mkdir", "session/v").returncode == 0
     r = run(env, "mkdir", "session/v")
     assert r.returncode == 1 and "file already exists" in r.stderr
