@@ -42,6 +42,7 @@ from .. import errors as E
 from ..record import Record
 from ..registry.names import NAME_MAX, valid_name
 from ..serve import dial
+from ..tree.calls.states import State
 from ..errors import P9Error, fit, printable
 from .ninep import NineP, NinePError
 from .remote import MAX_TEXT, MAX_TOOLS, BadRemoteTool, Budget, make
@@ -56,7 +57,6 @@ CALL_BOUND = 3600.0      # seconds a remote call may go unanswered (its own time
 HEARTBEAT = 15.0         # while calls are forwarded, the remote is asked its revision this
 HEARTBEAT_WAIT = 20.0    # often, and given this long to answer, or it is taken for gone
 BACKOFF_MIN, BACKOFF_MAX = 0.5, 30.0
-STATES = ("ok", "exit", "timeout", "killed", "invalid", "refused", "error", "failed")
 
 
 class Spec(Record):
@@ -351,7 +351,7 @@ class Import:
             raise P9Error(f"input/output error: {self.spec.name}: {e}") from None
         except (OSError, asyncio.TimeoutError) as e:
             raise P9Error(f"input/output error: {self.spec.name}: {e or 'no answer'}") from None
-        call.state, call.started = "running", time.monotonic()
+        call.state, call.started = State.RUNNING, time.monotonic()
         a.note(f"call {call.tool} -> on {self.spec.addr} as {base}/tools/{tool.remote_name}")
         path = f"{base}/tools/{tool.remote_name}"
         await self._forward(nine, call, path)
@@ -417,7 +417,7 @@ class Import:
                 raise
         except (OSError, EOFError) as e:
             call.result = RemoteResult()
-            call.state = "failed"
+            call.state = State.FAILED
             gone = f"did not answer for {HEARTBEAT_WAIT:g}s (stopped, or cut off): hung up" \
                 if self.silent else f"{e or 'hung up'}"
             call.reason = f"input/output error: {self.spec.name} at {self.spec.addr}: " \
@@ -429,13 +429,13 @@ class Import:
         if why:
             call.result = RemoteResult()
             if why[0] == "killed":
-                call.state, call.reason = "killed", E.ECANCELLED
+                call.state, call.reason = State.KILLED, E.ECANCELLED
             else:
-                call.state = "timeout"
+                call.state = State.TIMEOUT
                 call.reason = f"timeout after {CALL_BOUND:g}s: {self.spec.name} did not answer"
             return
         if not isinstance(out, NinePError):      # ok: the remote's status would say "ok"
-            call.result, call.state, call.reason = RemoteResult(out, err, 0), "ok", None
+            call.result, call.state, call.reason = RemoteResult(out, err, 0), State.OK, None
             return
         # the remote's string as sent (its errno words already defused: errors.defuse)
         reason = " ".join(getattr(out, "ename", str(out)).split())[:240]
@@ -453,8 +453,8 @@ class Import:
         words = status.decode("utf-8", "replace").split()
         state = words[0].rstrip(":") if words else ""
         code = None
-        if state == "exit" and len(words) > 1 and words[1].isdigit():
+        if state == State.EXIT and len(words) > 1 and words[1].isdigit():
             code = int(words[1])
-        call.result = RemoteResult(out, err, 0 if state == "ok" else code)
-        call.state = state if state in STATES and state != "ok" else "failed"
+        call.result = RemoteResult(out, err, 0 if state == State.OK else code)
+        call.state = state if state in State.ENDS and state != State.OK else State.FAILED
         call.reason = reason

@@ -50,6 +50,7 @@ class Metrics:
 
     def figures(self) -> dict[str, Any]:
         """Everything a scrape shows, read now (on the loop)."""
+        from ..tree.calls.states import State
         app = self.app
         live = list(app.calls.sched.live) if app.calls is not None else []
         sessions = list(app.store.sessions.values())
@@ -57,8 +58,8 @@ class Metrics:
         watch = app.watch
         return {"calls": dict(self.calls), "buckets": list(self.buckets),
                 "seconds": self.seconds,
-                "running": sum(1 for c in live if c.state == "running"),
-                "queued": sum(1 for c in live if c.state == "queued"),
+                "running": sum(1 for c in live if c.state == State.RUNNING),
+                "queued": sum(1 for c in live if c.state == State.QUEUED),
                 "warm": len(launcher.warm_pids()) if launcher is not None else 0,
                 "residents": sum(1 for e in app.calls.sched.residents.live
                                  if e.proc is not None and e.proc.alive)

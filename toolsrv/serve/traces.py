@@ -30,6 +30,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
+from ..tree.calls.states import State
+
 
 def traces_url(endpoint: str | None) -> str:
     """Where OTLP/HTTP spans are posted: an endpoint given as a base URL gets /v1/traces,
@@ -120,7 +122,7 @@ class Traces:
         span.set_attributes({"toolsrv.tool": call.tool, "toolsrv.session": a.session.name,
                              "toolsrv.agent": a.name, "toolsrv.outcome": call.state,
                              "toolsrv.duration": call.duration or 0.0})
-        if call.state != "ok":
+        if call.state != State.OK:
             span.set_status(trace.StatusCode.ERROR, call.detail or call.reason or call.state)
         span.end(now_ns)
 

@@ -42,6 +42,7 @@ from ...run.secrets import SecretError, Values, read as read_secrets
 from ..resident.manager import COLD, Residents
 from ..state.sessions import Agent
 from . import nested
+from .states import State
 from .slots import FairSlots
 
 log = logging.getLogger("toolsrv.calls")
@@ -54,7 +55,7 @@ class Call(Plain):
               "duration", "done", "kill", "task", "stdin", "detail")
 
     def __init__(self, tool: str, agent: Agent, args: dict, elevated: bool,
-                 state: str = "queued", result: Any = None, reason: str | None = None,
+                 state: str = State.QUEUED, result: Any = None, reason: str | None = None,
                  started: float | None = None, duration: float = 0.0,
                  done: asyncio.Event | None = None, kill: asyncio.Event | None = None,
                  task: asyncio.Task | None = None, stdin: bytes | None = None,
@@ -98,19 +99,19 @@ class Call(Plain):
         return self.result.stderr if self.result is not None else b""
 
     def status_line(self) -> str:
-        if self.state in ("queued", "running"):
+        if self.state in (State.QUEUED, State.RUNNING):
             live = self.live.status_words() if self.live is not None else ""
             return f"{self.state} {time.monotonic() - self.started:.3f}s{live}\n"
         words = [self.state]
         r = self.result
-        if self.state == "exit" and r is not None:
+        if self.state == State.EXIT and r is not None:
             words.append(str(r.exit_code))
-        if self.state in ("invalid", "refused", "failed") and self.reason:
+        if self.state in (State.INVALID, State.REFUSED, State.FAILED) and self.reason:
             words = [f"{self.state}: {self.reason}"]
         words.append(f"{self.duration:.3f}s")
         if r is not None and r.truncated:
             words.append(f"truncated {r.truncated}")
-        if r is not None and r.signal and self.state == "killed":
+        if r is not None and r.signal and self.state == State.KILLED:
             words.append(f"signal {r.signal}")
         return " ".join(words) + "\n"
 
@@ -138,28 +139,28 @@ def outcome(call: Call, limit: str = "") -> None:
     from, for a timeout's reason)."""
     r = call.result
     if call.kill.is_set() and (r.error or r.cancelled or r.exit_code != 0):
-        call.state, call.reason = "killed", E.ECANCELLED   # we stopped it
+        call.state, call.reason = State.KILLED, E.ECANCELLED   # we stopped it
     elif r.error:
-        call.state, call.reason = "refused", r.error
+        call.state, call.reason = State.REFUSED, r.error
     elif r.truncated:
-        call.state = "killed"
+        call.state = State.KILLED
         n, f = _size(r), "out" if r.truncated == "stdout" else "err"
         call.reason = (f"output too long: {r.truncated} cut at {n}, the cap (toolsrv serve "
                        f"--max-output); {f} holds its first {n}")
     elif r.timed_out:
-        call.state = "timeout"
+        call.state = State.TIMEOUT
         call.reason = fit(f"timeout after {r.timeout_used:g}s ",
                           f"(limit: {limit or limit_source(None)}); out and err keep its output",
                           "")
         call.detail = call.reason.full
     elif r.cancelled:
-        call.state, call.reason = "killed", E.ECANCELLED
+        call.state, call.reason = State.KILLED, E.ECANCELLED
     elif r.exit_code == 0:
-        call.state, call.reason = "ok", None
+        call.state, call.reason = State.OK, None
     elif r.exit_code is not None:
         # toolsrv's words decide the errno (EIO): the tool's own, after them, are defused,
         # or a tool's "no such file" would reach the shell as ENOENT (errors.defuse)
-        call.state = "exit"
+        call.state = State.EXIT
         why = last_line(r.stderr, _progress) or last_line(r.stdout, _progress)
         head = f"exit {r.exit_code:d} (input/output error)"
         if b"Traceback (most recent call last):" in r.stderr:   # a Python tool's exception
@@ -167,7 +168,7 @@ def outcome(call: Call, limit: str = "") -> None:
         call.reason = f"{head}: {defuse(why)}" if why else head
         call.detail = f"{head}: {why}" if why else head
     else:
-        call.state = "killed"
+        call.state = State.KILLED
         call.reason = f"killed by signal {r.signal or 0:d} (input/output error)"
 
 
@@ -232,7 +233,7 @@ class Scheduler:
         self.traces: Any = None    # serve/traces.py: a span from its arrival to its end
 
     def start(self, call: Call, tool: Any, profile_name: str) -> None:
-        queued = sum(1 for c in self.live if c.state == "queued")
+        queued = sum(1 for c in self.live if c.state == State.QUEUED)
         if queued >= self.max_queued:
             raise P9Error(busy("too many queued calls", self.max_queued))
         if self.audit is not None:
@@ -254,13 +255,13 @@ class Scheduler:
                     await self._slot_run(call, tool, profile_name)
         except asyncio.CancelledError:
             if call.result is None:
-                call.state, call.reason = "killed", E.ECANCELLED
+                call.state, call.reason = State.KILLED, E.ECANCELLED
         except P9Error as e:      # refused before the run: a bad profile, say
-            call.state, call.reason, call.detail = "refused", e.ename, e.full
+            call.state, call.reason, call.detail = State.REFUSED, e.ename, e.full
         except Exception as e:
             log.exception("call of %s failed", call.tool)
             why = fit("input/output error: ", str(e), "")
-            call.state, call.reason, call.detail = "refused", why, why.full
+            call.state, call.reason, call.detail = State.REFUSED, why, why.full
         finally:
             self._end(call)
 
@@ -268,8 +269,8 @@ class Scheduler:
         """Once per call: it leaves the live set and wakes its readers."""
         if call.done.is_set():
             return
-        if call.state in ("queued", "running") and call.result is None:
-            call.state, call.reason = "killed", E.ECANCELLED   # never started
+        if call.state in (State.QUEUED, State.RUNNING) and call.result is None:
+            call.state, call.reason = State.KILLED, E.ECANCELLED   # never started
         call.duration = time.monotonic() - call.started
         if self.audit is not None:     # its record before its reply, or it is refused
             self.audit.call_ended(call, self.registry.get(call.tool))
@@ -287,9 +288,9 @@ class Scheduler:
             except Exception:
                 log.exception("a reader of the call of %s failed", call.tool)
         line = call.status_line().strip()
-        if call.detail and call.state == "refused":      # the whole reason, not the cut
+        if call.detail and call.state == State.REFUSED:      # the whole reason, not the cut
             line = line.replace(call.reason or "", call.detail, 1)
-        elif call.reason and call.state != "invalid":
+        elif call.reason and call.state != State.INVALID:
             line += f": {call.detail or call.reason}"
         child = f" (child of {call.parent.tool})" if call.parent is not None else ""
         call.agent.note(f"call {call.tool}{child} -> {line}")
@@ -338,7 +339,7 @@ class Scheduler:
                                  extra_fds=(conn.fileno(),) if conn is not None else (),
                                  warm=None if (getattr(tool, "extra", None) or {}).get(
                                      "warm") is False else warmstart.plan)
-                call.state = "running"
+                call.state = State.RUNNING
                 call.started = time.monotonic()
                 call.deadline = call.started + seconds
                 call.live = req.context["live"] = call.live or Live()
@@ -359,7 +360,7 @@ class Scheduler:
     def stop(self, call: Call) -> None:
         """End one call: a running one is killed and keeps what it printed; a queued
         one never starts."""
-        if call.state == "running":
+        if call.state == State.RUNNING:
             call.kill.set()
         elif call.task is not None:
             call.task.cancel()

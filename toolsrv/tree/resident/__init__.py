@@ -10,5 +10,5 @@
 # as lspbridge.py is).  Started through run/ (Runner.open_resident), confined as a cold
 # run is.
 #
-# May import: run/, registry/ (warmstart, for pyrun), errors, record.  Never the namespace of
-# tree/, serve/, app or cli/.
+# May import: run/, registry/ (warmstart, for pyrun), errors, record, tree/calls/states (a
+# call's states).  Never the namespace of tree/, serve/, app or cli/.

@@ -54,6 +54,7 @@ from . import lspedit, lspproto, mcp as mcpproto, process as resident, pyrun
 from ...run.runner import RunRequest, RunResult
 from ...run.secrets import Values
 from ...errors import fit
+from ..calls.states import State
 
 log = logging.getLogger("toolsrv.resident")
 
@@ -212,7 +213,7 @@ class Residents:
         """The call on the entry's process (`job`: a python call's script, argv, interp)."""
         timeout = req.timeout or req.profile.timeout or self.runner.config.timeout
         if req.elevated:
-            _fail(call, "refused", "elevation: not for resident tools (not implemented)")
+            _fail(call, State.REFUSED, "elevation: not for resident tools (not implemented)")
             return None
         # the profile itself, not its name: an edit that revokes a grant ends the process
         # before its next call (load_profile reads a profile again once it changed)
@@ -276,7 +277,7 @@ class Residents:
         if wait > 0:
             why = (f"resident: {e.fails} failed starts, next start in {wait:.0f}s "
                    f"(resource busy): {e.stopped}")
-            _fail(call, "refused", why)
+            _fail(call, State.REFUSED, why)
             return False
         argv = lspproto.bridge_argv(req.argv) if e.protocol == "lsp" else req.argv
         start = RunRequest(argv=argv, stdin=b"", cwd=req.cwd, env=req.env,
@@ -287,7 +288,8 @@ class Residents:
         handle, refusal = await self.runner.open_resident(start, host)
         if handle is None:
             self._failed_start(e, refusal or "could not start")
-            _fail(call, "refused", refusal or "resident: could not start (input/output error)")
+            _fail(call, State.REFUSED,
+                  refusal or "resident: could not start (input/output error)")
             return False
         line_cap = pyrun.line_cap(cfg.stdout_cap, cfg.stderr_cap) if e.protocol == "python" \
             else cfg.stdout_cap
@@ -362,13 +364,13 @@ class Residents:
             if e.protocol != "lsp":      # lsp: the request was withdrawn ($/cancelRequest)
                 self._end(e, "cancelled", mcp_grace=e.protocol == "mcp")
         elif rep.timed_out:
-            call.state, call.reason = "timeout", rep.failure or E.ETIMEOUT
+            call.state, call.reason = State.TIMEOUT, rep.failure or E.ETIMEOUT
             self._end(e, rep.failure or E.ETIMEOUT)
         elif rep.failure is not None:
             if rep.truncated == "stdout":
-                call.state = "killed"
+                call.state = State.KILLED
             else:
-                call.state = "failed"
+                call.state = State.FAILED
             _fail(call, call.state, fit("resident: ", defuse(rep.failure),
                                         " (input/output error)"), rep.failure)
             started = e.proc is not None and e.proc.calls == 0
@@ -377,12 +379,12 @@ class Residents:
                 self._failed_start(e, rep.failure)
         elif rep.error is not None:
             e.fails = 0
-            call.state = "error"
+            call.state = State.ERROR
             why = fit("", defuse(rep.error), " (input/output error)")
             call.reason, call.detail = str(why), rep.error
         else:
             e.fails = 0
-            call.state, call.reason = "ok", None
+            call.state, call.reason = State.OK, None
 
     def _failed_start(self, e: Entry, why: str) -> None:
         e.fails += 1
@@ -531,6 +533,6 @@ def _fail(call: Any, state: str, reason: str, detail: str | None = None) -> None
 
 
 def _cancelled(call: Any) -> None:
-    call.state, call.reason = "killed", E.ECANCELLED
+    call.state, call.reason = State.KILLED, E.ECANCELLED
     if call.result is None:
         call.result = RunResult(cancelled=True)

@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 from ...errors import P9Error, fit
+from ..calls.states import State
 
 log = logging.getLogger("toolsrv.audit")
 
@@ -150,7 +151,7 @@ class Audit:
         except OSError as e:
             log.error("audit: %s: %s: the call of %s is refused", self.path,
                       e.strerror or e, call.tool)
-            call.state, call.result = "refused", None
+            call.state, call.result = State.REFUSED, None
             why = fit("input/output error: audit record not written: ",
                       f"{e.strerror or e}; the call ran, its result is withheld", "")
             call.reason, call.detail = why, why.full
@@ -159,7 +160,7 @@ class Audit:
         """A call refused before it began (its args, its tool, the trail itself)."""
         self.event({"event": "call", "id": None, "principal": who,
                     "session": agent.session.name, "agent": agent.name, "tool": tool,
-                    "outcome": "invalid", "reason": reason})
+                    "outcome": State.INVALID, "reason": reason})
 
     def change(self, what: str, done: str, who: Any, session: str,
                agent: str | None = None, **more: Any) -> None:
@@ -193,7 +194,7 @@ class Audit:
                "profile": profile_of(tool, a.session.sandbox),
                "elevated": bool(call.elevated),
                "outcome": call.state, "duration": round(call.duration, 6)}
-        if call.elevated and call.state not in ("invalid", "refused") and r is not None:
+        if call.elevated and call.state not in (State.INVALID, State.REFUSED) and r is not None:
             out["approved_by"] = self.approver
         if r is not None:
             out.update(exit=r.exit_code, signal=r.signal, out_bytes=len(r.stdout),
