@@ -10,7 +10,7 @@ import shlex
 import subprocess
 import sys
 
-from toolsrv.dirs import bundled
+from toolsrv import bundled
 
 PIP = f"{shlex.quote(sys.executable)} -m pip install"
 

@@ -14,6 +14,10 @@ import os
 import signal
 import socket
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from toolsrv.run.warmplan import WarmKind
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -46,7 +50,7 @@ class Spare:
     def __init__(self, sock: socket.socket, pidfd: int) -> None:
         self.sock, self.pidfd = sock, pidfd
         self.known: set[int] = set()  # the fixed path lists it has been sent
-        self.kind: str | None = None
+        self.kind: WarmKind | None = None
         self.rss = 0  # bytes it holds (measure(): PSS, standby included), as it went idle
         self.measured = float("-inf")  # when it was read (the loop's clock)
         self._pid: int | None = None
@@ -107,7 +111,7 @@ class LaunchHandle:
         self.knows: object = None  # the fixed path list sent along with it, if any
         self._init: Spare | None = None
         self._release: Callable[[Spare], None] | None = None
-        self.warm: str | None = None  # the warm kind it runs in, if any
+        self.warm: WarmKind | None = None  # the warm kind it runs in, if any
         self.warming = False  # its init was turned warm for it: its first warm run
         self.resident = False  # a resident tool's process (Runner.open_resident), not a call
         self.warm_failed: str | None = None  # why that init could not become warm

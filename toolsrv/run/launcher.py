@@ -50,6 +50,7 @@ import sys
 from toolsrv.run.kernel.cgroups import RunGroups
 from toolsrv.run.init.wire import MAX_PACKET, recv_into
 from toolsrv.run.handle import LaunchHandle, Spare
+from toolsrv.run.warmplan import WarmKind
 
 log = logging.getLogger("toolsrv.warm")
 
@@ -103,8 +104,8 @@ class Launcher:
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._spares: collections.deque[Spare] = collections.deque()  # idle inits
-        self._warm: dict[str, collections.deque[Spare]] = {}  # idle warm inits, by kind
-        self._warm_used: dict[str, float] = {}  # when a kind was last spawned
+        self._warm: dict[WarmKind, collections.deque[Spare]] = {}  # idle warm inits, by kind
+        self._warm_used: dict[WarmKind, float] = {}  # when a kind was last spawned
         self.warm_started = 0  # inits turned warm
         self.warm_lost = 0  # warm inits found dead while idle
         self.warm_shed = 0  # idle warm inits let go for the memory budget
@@ -171,7 +172,7 @@ class Launcher:
         loop.add_reader(parent.fileno(), self._on_readable)
 
     def spawn(self, msg: dict, extra_fds: tuple[int, ...] = (),
-              warm: tuple[str, dict, bytes | None] | None = None) -> LaunchHandle:
+              warm: tuple[WarmKind, dict, bytes | None] | None = None) -> LaunchHandle:
         """Launch one run; the handle's future reports its end.
 
         msg: argv, env, cwd, uid/gid, rlimits, netns, nnp, and "landlock": the rules to build
@@ -263,7 +264,7 @@ class Launcher:
         self._waiting[handle.id] = handle
         self._watch_soon()
 
-    def _hand_warm(self, handle: LaunchHandle, msg: dict, fds: list[int], kind: str,
+    def _hand_warm(self, handle: LaunchHandle, msg: dict, fds: list[int], kind: WarmKind,
                    become: dict, blob: bytes | None = None) -> bool:
         """Give the run to an idle warm init of its kind, or make an idle cold one warm
         (the request to exec the interpreter, then the run, queued on its socket); False
@@ -280,7 +281,7 @@ class Launcher:
                 self.warm_lost += 1
                 log.warning("a warm interpreter (%s, pid %s) was found dead while idle "
                             "(%s): killed or crashed; the call goes to another",
-                            kind.split(",")[0].strip("('"), init.pid() or "gone",
+                            kind.python, init.pid() or "gone",
                             e.strerror or e)
                 init.close()
                 continue
@@ -310,7 +311,7 @@ class Launcher:
             return True
         return False
 
-    def warm_pids(self) -> list[tuple[str, int]]:
+    def warm_pids(self) -> list[tuple[WarmKind, int]]:
         """(kind, pid) of every idle warm init."""
         out = []
         for kind, pool in self._warm.items():

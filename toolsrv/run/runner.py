@@ -19,7 +19,6 @@
 # run() sends the kill before it re-raises CancelledError.
 from __future__ import annotations
 
-import ast
 import asyncio
 import logging
 import math
@@ -40,7 +39,7 @@ from toolsrv.run.init.wire import DEFAULT_PATH
 from toolsrv.run.pumps import Collector, Feeder
 from toolsrv.record import Record
 from toolsrv.run.scratch import Scratch
-from toolsrv.run.warmplan import WARM_RETRY, warm_request
+from toolsrv.run.warmplan import WARM_RETRY, WarmKind, warm_request
 from toolsrv.run.sandbox import Policy, Profile, landlock_status, missing_parts, placeholder_values
 
 DEFAULT_RLIMITS = {"as": 8 << 30, "fsize": 1 << 30, "nofile": 4096, "core": 0, "nproc": 4096}
@@ -148,10 +147,10 @@ class Runner:
                                  limits=self.config.run_limits, idmap=self._uid)
         self.scratch = Scratch(self.config.tmp_base, self._uid)
         self._background: set[asyncio.Task[None]] = set()
-        self._warm_broken: dict[str, tuple[float, str]] = {}  # kind -> (when, why)
+        self._warm_broken: dict[WarmKind, tuple[float, str]] = {}  # kind -> (when, why)
         self.warm_failures = 0  # warm starts that failed (each logged, its kind cold a while)
         self._warm_said: set[str] = set()  # fallback reasons logged once
-        self._magic: dict[str, str] = {}  # kind -> the bytecode magic of its interpreter
+        self._magic: dict[WarmKind, str] = {}  # kind -> the bytecode magic of its interpreter
         self._codes = ScriptCache()        # tools' own scripts, compiled (ownscript.py)
 
     def _launcher_limits(self) -> dict[str, int]:
@@ -317,7 +316,7 @@ class Runner:
         return res
 
     def _warm_start(self, req: RunRequest, msg: dict, policy: Policy
-                    ) -> tuple[str, dict, bytes | None] | None:
+                    ) -> tuple[WarmKind, dict, bytes | None] | None:
         """(kind, the request that makes an init warm) for a call that starts warm, with
         the script put in msg; None for a cold start (the reason is logged once)."""
         if req.warm is None or not self.config.warm or req.elevated:
@@ -340,7 +339,7 @@ class Runner:
     def status_text(self) -> str:
         """The server's /status: runs, idle inits, and the warm interpreters' memory."""
         la = self.launcher
-        rss: dict[str, list[int]] = {}
+        rss: dict[WarmKind, list[int]] = {}
         for kind, pid in la.warm_pids():
             try:
                 with open(f"/proc/{pid}/status") as f:
@@ -367,15 +366,15 @@ class Runner:
                  + f" and {WARM_IDLE:g} s idle; {la.warm_started} made warm, "
                  f"{la.warm_lost} found dead, {la.warm_shed} let go for memory, "
                  f"{self.warm_failures} failed"]
-        for kind, kibs in sorted(rss.items()):
-            python, boot, uid = ast.literal_eval(kind)[:3]
-            lines.append(f"  {python} ({' '.join(f'{k}={v}' for k, v in boot) or 'no env'}"
+        for kind, kibs in sorted(rss.items(), key=lambda kv: repr(kv[0])):
+            boot, uid = kind.boot, kind.uid
+            lines.append(f"  {kind.python} ({' '.join(f'{k}={v}' for k, v in boot) or 'no env'}"
                          f"{f', uid {uid}' if uid is not None else ''}): {len(kibs)} idle, "
                          f"{sum(kibs) / 1024:.1f} MiB RSS")
         now = time.monotonic()
-        for kind, (when, why) in sorted(self._warm_broken.items()):
+        for kind, (when, why) in sorted(self._warm_broken.items(), key=lambda kv: repr(kv[0])):
             if now - when < WARM_RETRY:   # why its tools start cold, until it is tried again
-                lines.append(f"  {ast.literal_eval(kind)[0]}: warm start failed ({why}); cold "
+                lines.append(f"  {kind.python}: warm start failed ({why}); cold "
                              f"for {WARM_RETRY - (now - when):.0f} s more")
         return "\n".join(lines) + "\n"
 

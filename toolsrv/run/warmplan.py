@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from toolsrv.run.ownscript import MAGIC, ScriptCache
 from toolsrv.run.sandbox import Policy
@@ -21,17 +21,28 @@ STARTUP_ENV = ("LC_ALL", "LC_CTYPE", "LANG", "TZ")  # and PYTHON*: read by Pytho
 WARM_RETRY = 60.0  # seconds before an interpreter that failed to warm up is tried again
 
 
+class WarmKind(NamedTuple):
+    """What the warm inits of one kind share: the key of their idle pool (launcher.py),
+    of a kind's failures and of its interpreter's bytecode magic (runner.py)."""
+    python: str                         # the interpreter
+    boot: tuple[tuple[str, str], ...]   # the environment it starts with (PYTHON*, LC_*, TZ)
+    uid: int | None                     # the tools' uid (None: the server's own)
+    netns: bool                         # in a network namespace of its own
+    mounts: str                         # the repr of its idmapped mounts' plan (lists: this
+                                        # names it), or "None"
+
+
 def warm_request(plan: Any, req: Any, msg: dict, policy: Policy,
-                 broken: dict[str, tuple[float, str]], magic: dict[str, str],
-                 codes: ScriptCache) -> tuple[str, dict, bytes | None] | None:
+                 broken: dict[WarmKind, tuple[float, str]], magic: dict[WarmKind, str],
+                 codes: ScriptCache) -> tuple[WarmKind, dict, bytes | None] | None:
     """(kind, the request that makes an init warm, the compiled script or None) for a call
     with a warm plan, the script put in msg; None while its kind is broken (starts cold)."""
     boot = {k: v for k, v in msg["env"].items()
             if k.startswith("PYTHON") or k in STARTUP_ENV}
     # a root server's grants that need idmapped mounts are mounted for the warm init
     # once (toolsrv/run/init/cold.py): its kind is that plan too
-    kind = repr((plan.python, sorted(boot.items()), msg["uid"], msg["netns"],
-                 msg.get("mounts")))
+    kind = WarmKind(plan.python, tuple(sorted(boot.items())), msg["uid"], msg["netns"],
+                    repr(msg.get("mounts")))
     failed = broken.get(kind)
     if failed is not None:
         if time.monotonic() - failed[0] < WARM_RETRY:
