@@ -10,9 +10,11 @@ STAMP := $(VENV)/.installed-stamp
 # start-up (the default mode's finder took 11 ms of every launch; doc/performance.md,
 # Start-up).  An edit shows at once through its link; a module added or removed needs a
 # new link tree, so the install depends on the list of modules (build/.modules, rewritten
-# only when that list changes), not on their contents.
+# only when that list changes), not on their contents.  The tree also maps the codec's
+# proto/ to toolsrv/proto/ (setup.cfg, package_dir); the package data is found in the
+# checkout itself (toolsrv/dirs/bundled.py), so a tool added to data/tools/ needs no new tree.
 EDITABLE := --config-settings editable_mode=strict
-MODULES := $(sort $(shell find toolsrv -name '*.py'))
+MODULES := $(sort $(shell find toolsrv proto -name '*.py'))
 MODLIST := build/.modules
 
 .PHONY: run test test-slow deploy-check image bench clean man FORCE

@@ -43,8 +43,8 @@ def job_source() -> str:
             + "sys.stdout.write(json.dumps(json.load(sys.stdin)))\n")
 
 
-FILE_READ = (REPO / "toolsrv" / "data" / "tools" / "file_read").read_text()
-FR_META = json.loads((REPO / "toolsrv" / "data" / "tools" / "file_read.meta").read_text())
+FILE_READ = (REPO / "data" / "tools" / "file_read").read_text()
+FR_META = json.loads((REPO / "data" / "tools" / "file_read.meta").read_text())
 FR_ARGS = json.dumps({"path": "small.txt"}).encode()
 TOOLS = ("pyecho", "fr", "job", "echo")
 

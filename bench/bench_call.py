@@ -477,7 +477,7 @@ async def run(opts: object, tools: str) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     opts = parser(__doc__).parse_args(argv)
-    fr = Path(__file__).resolve().parents[1] / "toolsrv" / "data" / "tools" / "file_read"
+    fr = Path(__file__).resolve().parents[1] / "data" / "tools" / "file_read"
     tools = make_tools_dir({"pyecho": (PY_ECHO, ECHO_META),
                             "file_read": (fr.read_text(), json.loads(
                                 Path(str(fr) + ".meta").read_text())),

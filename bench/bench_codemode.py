@@ -38,7 +38,7 @@ from .common import REPO, ToolsrvProcess, finish, parser, row  # noqa: E402
 
 B = "codemode"
 A = "session/code/agent/a"
-BUNDLED = str(REPO / "toolsrv" / "data" / "tools")
+BUNDLED = str(REPO / "data" / "tools")
 
 JOBS = {
     "first line of every doc": """
@@ -62,7 +62,7 @@ for p in tools.file_glob(pattern="toolsrv/serve/*.py").splitlines():
 """,
     "each bundled tool's description": """
 import json
-for p in tools.file_glob(pattern="toolsrv/data/tools/*.meta").splitlines():
+for p in tools.file_glob(pattern="data/tools/*.meta").splitlines():
     for ln in tools.file_read(path=p, limit=20000).splitlines():
         text = ln.split("\\t", 1)[-1]
         if text.startswith('  "description": '):
@@ -82,7 +82,7 @@ for f, n in sorted(counts, key=lambda x: (-int(x[1]), x[0]))[:5]:
     print(f, n)
 """,
     "each bundled tool's tier and readOnly": """
-for p in tools.file_glob(pattern="toolsrv/data/tools/*.meta").splitlines():
+for p in tools.file_glob(pattern="data/tools/*.meta").splitlines():
     got = [ln.split("\\t", 1)[-1].strip().rstrip(",") for ln in
            tools.file_read(path=p, limit=20000).splitlines()]
     print(p.rsplit("/", 1)[1][:-5], *[g for g in got if g.startswith(('"tier"', '"readOnly"'))])

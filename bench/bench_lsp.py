@@ -102,7 +102,7 @@ def fresh_session(srv: ToolsrvProcess, name: str) -> tuple[str, ...]:
 def run(opts: object) -> list[dict]:
     q = getattr(opts, "quick")
     firsts, warms = (2, 100) if q else (5, 400)
-    srv = ToolsrvProcess(str(REPO / "toolsrv" / "data" / "tools")).start()
+    srv = ToolsrvProcess(str(REPO / "data" / "tools")).start()
     s: dict[str, list[float]] = {"first": [], "dfirst": [], "warm": [], "dwarm": []}
     pc = time.perf_counter
     try:

@@ -30,7 +30,7 @@ from .common import REPO, PY_ECHO, ToolsrvProcess, finish, lat, make_tools_dir, 
 
 B = "nested"
 A = "session/bench/agent/a"
-BUNDLED = str(REPO / "toolsrv" / "data" / "tools")
+BUNDLED = str(REPO / "data" / "tools")
 PY_META = {"description": "echo the JSON args (Python)", "args": {"type": "object"}}
 ARGS = {"file_read": {"path": "notes.txt"}, "py_echo": {"x": 1}}
 # N nested calls of TOOL with ARGS, each timed; the samples (s) as JSON on stdout

@@ -16,7 +16,7 @@ Figures (medians over several launches, each a fresh process):
                   (the runner's launcher process) is reported in a note.  Baseline: the MCP
                   server process after its first call.
 Source is byte-compiled first (as an installed package is), so no launch pays for compiling.
-The tools directory has a parent of its own, as toolsrv/data/tools has (see tools_dir).
+The tools directory has a parent of its own, as data/tools has (see tools_dir).
 
     python bench/bench_startup.py [--quick] [--json FILE]
 """
@@ -75,7 +75,7 @@ def tools_dir() -> str:
     tools directory's parent too (watch.py); make_tools_dir's parent is /tmp, and adding an
     inotify watch to a directory walks the kernel's cached entries of its children, deleted
     and never-found names included: on this VM, after a day of tests, /tmp took 25-30 ms of
-    every launch.  The bundled toolsrv/data/tools, as `make run` serves it, has a small parent."""
+    every launch.  The bundled data/tools, as `make run` serves it, has a small parent."""
     d = tempfile.mkdtemp(prefix="bench-startup.", dir="/tmp")
     os.chmod(d, 0o755)
     atexit.register(shutil.rmtree, d, True)

@@ -54,7 +54,7 @@ def build_server(tool_path: str) -> Any:
     def in_process(name: str, argv: list[str]) -> Any:
         """The bundled script `name` run in this process on the args: its stdout."""
         import io
-        tools = os.path.join(REPO, "toolsrv", "data", "tools")
+        tools = os.path.join(REPO, "data", "tools")
         if tools not in sys.path:  # as the script's own directory is: its modules import
             sys.path.append(tools)
         code = compile(open(os.path.join(tools, name), encoding="utf-8").read(), name, "exec")

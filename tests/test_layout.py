@@ -1,7 +1,8 @@
 """The package's folders are its parts, and imports run one way (issue 15).
 
-Every module of toolsrv/ (toolsrv/proto/, the codec, included) is parsed (ast) and each of its imports, at the
-top or inside a function, absolute or relative, is resolved to the part it reaches.
+Every module of toolsrv/ and of proto/ (the codec, toolsrv.proto: setup.cfg's package_dir
+maps it in) is parsed (ast) and each of its imports, at the top or inside a function,
+absolute or relative, is resolved to the part it reaches.
 A part may import only the parts below it:
 
     cli/  >  mcp/  >  app  >  hosts/  >  serve/  >  tree/  >  run/, registry/ (side by side)
@@ -30,6 +31,7 @@ import.
 from __future__ import annotations
 
 import ast
+import configparser
 import os
 import sys
 
@@ -42,21 +44,24 @@ MAX_MODULES = 12     # modules in one folder of toolsrv/
 # rank of each part: an import may go to a part of lower rank, or within its own part.
 RANK = {"proto": 0, "base": 1, "run": 2, "registry": 2, "tree": 3, "serve": 4, "hosts": 5,
         "app": 6, "mcp": 7, "cli": 8}
-BASE = {"toolsrv", "toolsrv.errors", "toolsrv.record", "toolsrv.bundled"}
+BASE = {"toolsrv", "toolsrv.errors", "toolsrv.record"}
 TOP = {"toolsrv.app": "app", "toolsrv.options": "app", "toolsrv.__main__": "cli", "toolsrv.client": "cli"}
+
+
+# the source folders of the package, as setup.cfg's package_dir maps them
+SOURCES = {"toolsrv": "toolsrv", "proto": "toolsrv.proto"}
 
 
 def modules() -> dict[str, str]:
     """Every module's dotted name -> its file."""
     out = {}
-    for top in ("toolsrv",):
+    for top, name in SOURCES.items():
         for d, dirs, files in os.walk(os.path.join(REPO, top)):
-            dirs[:] = [x for x in dirs if x not in ("__pycache__", "data")]   # data: tools
+            dirs[:] = [x for x in dirs if x != "__pycache__"]
             for f in files:
                 if f.endswith(".py"):
-                    rel = os.path.relpath(os.path.join(d, f), REPO)[:-3].split(os.sep)
-                    if rel[-1] == "__init__":
-                        rel = rel[:-1]
+                    rel = os.path.relpath(os.path.join(d, f), os.path.join(REPO, top))
+                    rel = [name] + [x for x in rel[:-3].split(os.sep) if x != "__init__"]
                     out[".".join(rel)] = os.path.join(d, f)
     return out
 
@@ -335,3 +340,34 @@ def test_calls_state_and_residents_never_import_the_namespace():
                     if part(t) == "tree" and t != "toolsrv.tree"
                     and not any(t == p or t.startswith(p + ".") for p in TREE_PARTS)]
     assert bad == []
+
+
+# The checkout's top: the design card's entries, what serves them, and what tools and
+# builds leave there (dotfiles: .git, .venv, .ci, caches; build/, dist/, *.egg-info).
+CARD = {"setup.cfg", "toolsrv", "proto", "tests", "data", "sandbox", "doc"}
+SERVING = {"examples", "bench", "deploy", "Makefile", "README.md", "SECURITY.md",
+           "pyproject.toml"}
+ARTEFACTS = {"build", "dist"}
+
+
+def test_the_top_is_the_design_cards():
+    top = {n for n in os.listdir(REPO) if not n.startswith(".") and not n.endswith(".egg-info")}
+    assert CARD <= top, CARD - top
+    assert sorted(top - CARD - SERVING - ARTEFACTS) == [], "not one of the card's entries"
+    assert sorted(os.listdir(os.path.join(REPO, "data"))) == ["bin", "tools"]
+
+
+def test_setup_cfg_names_every_package():
+    """setup.cfg names the wheel's packages one by one (find: would see toolsrv/ alone, not
+    proto/): each folder of toolsrv/ and proto/, and the two of package data; package_dir
+    maps the card's proto/, data/ and sandbox/ into the one package."""
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(REPO, "setup.cfg"))
+    listed = set(cfg["options"]["packages"].split())
+    mapped = dict(tuple(x.strip() for x in line.split("=")) for line in
+                  cfg["options"]["package_dir"].strip().splitlines())
+    folders = {m for m, p in MODULES.items() if p.endswith("__init__.py")}
+    assert sorted(folders - listed) == [], "a folder the wheel leaves out: add it to setup.cfg"
+    assert listed - folders == {"toolsrv.data", "toolsrv.data.sandbox"}
+    assert mapped == {"toolsrv.proto": "proto", "toolsrv.data": "data",
+                      "toolsrv.data.sandbox": "sandbox"}

@@ -7,10 +7,10 @@
 # asyncio calls these on a protocol object
 _.connection_made, _.data_received, _.connection_lost, _.pause_writing, _.resume_writing
 
-# toolsrv/proto/__init__.py: a module's __getattr__, Python calls it for a missing name
+# proto/__init__.py: a module's __getattr__, Python calls it for a missing name
 __getattr__
 
-# toolsrv/proto/const.py: 9P2000's constants, all of them, as the manual lists them
+# proto/const.py: 9P2000's constants, all of them, as the manual lists them
 _.MAX_ERRLEN, _.Terror_T, _.QTFILE, _.DMMOUNT, _.DMREAD, _.DMWRITE, _.DMEXEC
 
 # toolsrv/registry/resolve.py: RULES names the values of a resolution's `rule` (its docstring)

@@ -18,16 +18,30 @@ the top of this list down, never up (tests/test_layout.py checks it):
     run/       one tool call run confined, bounded and killable, by the server (runner,
                launcher, sandbox profiles, elevation), run/init/ by the forked zygote and
                inits, run/kernel/ the kernel bindings (Landlock, seccomp, cgroups, idmaps)
-    dirs/      the directories the server keeps things in, proved ours and locked
+    dirs/      the directories the server keeps things in, proved ours and locked, and
+               where the package data is (dirs/bundled.py)
     errors.py, record.py    the error strings, the record base classes: used by all
-    bundled.py, data/       the package data read at run time: the bundled tools
-                            (data/tools/) and the shipped sandbox profiles (data/sandbox/)
-    proto/     the 9P2000 codec, pure (sans-I/O)
+    proto/     the 9P2000 codec, pure (sans-I/O): toolsrv.proto, its source the
+               checkout's proto/
 
 run/ and registry/ stand side by side and import nothing of each other; proto/ (the 9P
 codec, installed as toolsrv.proto so no other project's `proto` clashes with it) imports
-nothing of the rest of toolsrv.  Every folder's __init__ is a comment and
-imports nothing, so importing one module of a part costs that module alone: the launcher's
-zygote (run/init/zygote.py) starts from a bare interpreter and must stay small.
+nothing of the rest of toolsrv.  The package data read at run time, the bundled tools and
+the shipped sandbox profiles, is the checkout's data/tools/, data/bin/ and sandbox/, and
+toolsrv/data/ once installed (setup.cfg's package_dir maps them and proto/ in).
+
+Every folder's __init__ is a comment and imports nothing (this one, os alone, to find the
+codec in a checkout), so importing one module of a part costs that module alone: the
+launcher's zygote (run/init/zygote.py) starts from a bare interpreter and must stay small.
 """
+import os as _os
+
 __version__ = "0.1.0"
+
+# A checkout on sys.path (`python -m pytest` run in it, PYTHONPATH): the codec's source is
+# proto/ beside toolsrv/, mapped to toolsrv/proto/ only in the wheel and the editable
+# install's link tree, so the checkout's top joins the package's path to find it there.
+if not _os.path.isdir(_os.path.join(__path__[0], "proto")) and \
+        _os.path.isfile(_os.path.join(_os.path.dirname(__path__[0]), "proto", "__init__.py")):
+    __path__.append(_os.path.dirname(__path__[0]))
+del _os

@@ -35,7 +35,7 @@ import signal
 import sys
 from typing import Any
 
-from . import bundled
+from .dirs import bundled
 from .dirs.layout import sweep, work_dir
 from .dirs.serverdir import ServerDir
 from .options import Options       # serve's options, declared once
@@ -50,7 +50,7 @@ from .tree.state.sessions import SessionStore
 
 log = logging.getLogger("toolsrv")
 
-BUNDLED_TOOLS = bundled.TOOLS         # package data: toolsrv/data/tools (toolsrv/bundled.py)
+BUNDLED_TOOLS = bundled.TOOLS         # the bundled tools (dirs/bundled.py)
 
 
 def _warm_imports() -> None:

@@ -80,7 +80,7 @@ OPTIONS: list[Opt] = [
     Opt(("-a", "--addr"), "addrs", str, [], "listen on this dial string (repeatable): "
         "unix!PATH, tcp!HOST!PORT or tls!HOST!PORT (with --tls-cert)"),
     Opt(("--tools",), "tools", str, None, "tool search path, colon-separated (default: "
-        "$OLLIE_TOOLS_PATH, else ~/.config/ollie/tools then the bundled toolsrv/data/tools)",
+        "$OLLIE_TOOLS_PATH, else ~/.config/ollie/tools then the bundled tools)",
         get=lambda a: a.tools.split(":") if a.tools else None),
     Opt(("--state",), "state_dir", str, None, "state directory", metavar="DIR"),
     Opt(("--no-state",), "persist", bool, False, "keep no state on disk",

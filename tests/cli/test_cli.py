@@ -44,7 +44,7 @@ def run(env, *args, stdin: str | None = None) -> subprocess.CompletedProcess:
 def test_first_run_banner(served):
     env, banner, _ = served
     assert f"serving on unix!{env['NAMESPACE']}/toolsrv" in banner
-    bundled = len([f for f in os.listdir(os.path.join(REPO, "toolsrv", "data", "tools"))
+    bundled = len([f for f in os.listdir(os.path.join(REPO, "data", "tools"))
                    if f.endswith(".meta")])
     assert "tools loaded from" in banner and " in tools/errors" in banner
     n = int(banner.split(" tools loaded")[0].rsplit("toolsrv: ", 1)[1])

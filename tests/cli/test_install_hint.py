@@ -10,7 +10,7 @@ import shlex
 import subprocess
 import sys
 
-from toolsrv import bundled
+from toolsrv.dirs import bundled
 
 PIP = f"{shlex.quote(sys.executable)} -m pip install"
 

@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 
-from toolsrv.bundled import install_hint
+from toolsrv.dirs.bundled import install_hint
 from shellhelpers import TOOLSRV, mounted_or_skip, serving, sh
 
 TOOLS = {"pdf_split": (None, {"cmd": "cat", "description": "Cut a PDF document into parts.",

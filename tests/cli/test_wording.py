@@ -11,8 +11,9 @@ import sys
 import pytest
 
 from apphelpers import AppThread, add_tool, tools_dir
-from toolsrv import __version__, bundled
+from toolsrv import __version__
 from toolsrv.cli.client import Client, ClientError
+from toolsrv.dirs import bundled
 from toolsrv.errors import ERRMAX
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

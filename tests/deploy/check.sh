@@ -5,9 +5,11 @@
 # working tree (`pip wheel --no-deps .`), installs it, not editable, into a fresh venv
 # outside the checkout, and then, from directories that are neither the checkout nor each
 # other, with a fresh HOME:
-#   - the package data: the bundled tools (with their executable bits) and the shipped
-#     sandbox profiles are installed inside the package, where importlib.resources finds
-#     them; `import proto` finds no module of ours;
+#   - the package data: the bundled tools (with their executable bits), their helper
+#     commands and the shipped sandbox profiles, the checkout's data/tools/, data/bin/ and
+#     sandbox/, are installed inside the package (toolsrv/data/), where importlib.resources
+#     finds them; the codec, the checkout's proto/, is toolsrv.proto, and `import proto`
+#     finds no module of ours;
 #   - `toolsrv serve` started from / on a private address, serving the tool format's quick
 #     start (a Python `my_tool` and a `cmd`-only tool in a 0700 ~/.config/ollie/tools) and
 #     the bundled tools: a call of each (and of the bundled client_9p, which loads the
@@ -94,25 +96,30 @@ mkdir -m 755 "$T/a" "$T/b" "$T/c" "$T/ns" "$T/ns-empty"
 chmod 700 "$T/ns" "$T/ns-empty"
 
 # --- package data ---------------------------------------------------------------------------
-(cd "$T/a" && "$V/python" - "$REPO/toolsrv/data" <<'EOF') >"$T/data.log" 2>&1 \
+(cd "$T/a" && "$V/python" - "$REPO" <<'EOF') >"$T/data.log" 2>&1 \
     || fail "the package data (see data.log)"
 import importlib.resources, importlib.util, os, stat, sys
-import toolsrv, toolsrv.bundled as b
+import toolsrv, toolsrv.dirs.bundled as b, toolsrv.proto
 pkg = os.path.realpath(str(importlib.resources.files("toolsrv")))
 assert "site-packages" in pkg and os.path.realpath(b.PACKAGE) == pkg, (pkg, b.PACKAGE)
+assert b.DATA == os.path.join(b.PACKAGE, "data") and b.PROFILES == os.path.join(b.DATA, "sandbox")
 assert importlib.util.find_spec("proto") is None, "a top-level proto is installed"
 src = sys.argv[1]
-for sub in ("tools", "sandbox"):
+assert os.path.dirname(toolsrv.proto.__file__) == os.path.join(pkg, "proto")
+py = [sorted(n for n in os.listdir(os.path.join(d, "proto")) if n.endswith(".py"))
+      for d in (pkg, src)]
+assert py[0] == py[1] and "codec.py" in py[0], py
+for sub, there in (("data/tools", b.TOOLS), ("data/bin", b.BIN), ("sandbox", b.PROFILES)):
     for name in sorted(os.listdir(os.path.join(src, sub))):
         if name == "__pycache__":
             continue
         want = os.stat(os.path.join(src, sub, name)).st_mode
-        got = os.stat(os.path.join(b.DATA, sub, name)).st_mode   # FileNotFoundError: missing
+        got = os.stat(os.path.join(there, name)).st_mode   # FileNotFoundError: missing
         assert bool(want & stat.S_IXUSR) == bool(got & stat.S_IXUSR), f"{sub}/{name}: mode"
 print("package data: ok", b.DATA)
 docs = b.docs()            # the documentation, beside the man pages (data_files)
 assert docs == os.path.join(sys.prefix, "share", "doc", "toolsrv"), (docs, sys.prefix)
-pages = sorted(n for n in os.listdir(os.path.join(src, "..", "..", "doc")) if n.endswith(".md"))
+pages = sorted(n for n in os.listdir(os.path.join(src, "doc")) if n.endswith(".md"))
 for page in ["README.md", "SECURITY.md"] + ["doc/" + n for n in pages]:
     assert os.path.isfile(os.path.join(docs, page)), f"{page} not installed in {docs}"
 print("documentation: ok", docs)

@@ -30,7 +30,7 @@ from toolsrv.cli.client import Client, ClientError
 from serverhelpers import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOLS = os.path.join(REPO, "toolsrv", "data", "tools")
+TOOLS = os.path.join(REPO, "data", "tools")
 NOBODY = 65534
 BASE = f"/var/tmp/toolsrv.{os.geteuid()}"
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from toolsrv.bundled import install_hint
+from toolsrv.dirs.bundled import install_hint
 from toolsrv.cli.command import build_parser, parse
 
 

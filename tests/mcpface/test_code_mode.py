@@ -15,7 +15,7 @@ pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'to
 from mcphelpers import stdio_face, text  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUNDLED = os.path.join(REPO, "toolsrv", "data", "tools")
+BUNDLED = os.path.join(REPO, "data", "tools")
 TOOLS_PY = "toolsrv://agent/tools.py"
 PROGRAM = """import tools
 print("echoed", tools.echo(x=1).strip())

@@ -51,7 +51,7 @@ def home():
     h = tempfile.mkdtemp(prefix="mcp-home.")
     prof = os.path.join(h, ".config", "ollie", "sandbox")
     os.makedirs(prof)
-    with open(os.path.join(REPO, "toolsrv", "data", "sandbox", "default.yaml")) as f:
+    with open(os.path.join(REPO, "sandbox", "default.yaml")) as f:
         y = f.read()
     assert "network:\n  enabled: false" in y
     with open(os.path.join(prof, "netprof.yaml"), "w") as f:

@@ -31,7 +31,7 @@ from mcphelpers import REPO, HttpFace, http_face, modern_client, text  # noqa: E
 from serverhelpers import stop_clean, wait_for  # noqa: E402
 from toolsrv.cli.client import Client as NineClient  # noqa: E402
 
-BUNDLED = os.path.join(REPO, "toolsrv", "data", "tools")
+BUNDLED = os.path.join(REPO, "data", "tools")
 HDRS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {},

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(PYLSP is None, reason="python-lsp-server is not 
 
 @pytest.fixture(scope="module")
 def server():
-    app = AppThread([os.path.join(REPO, "toolsrv", "data", "tools")],
+    app = AppThread([os.path.join(REPO, "data", "tools")],
                     timeout=120).start()
     yield app
     stop_clean(app)

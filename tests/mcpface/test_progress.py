@@ -116,7 +116,7 @@ def _install() -> str:
 
 
 def test_the_bundled_shells_timeout_is_listed_below_the_servers(tmp_path):
-    from toolsrv.bundled import TOOLS
+    from toolsrv.dirs.bundled import TOOLS
     app = AppThread([TOOLS], timeout=25).start()
     try:
         async def go():

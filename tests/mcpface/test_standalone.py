@@ -3,7 +3,7 @@ process (on a private socket, as a 9P client of it like any other), with nothing
 `{"command": "toolsrv", "args": ["mcp"]}` in the client's config.
 
 $NAMESPACE points at an empty directory, so the default address has no server; $HOME at
-an empty one, so the default registry is the bundled toolsrv/data/tools alone."""
+an empty one, so the default registry is the bundled data/tools alone."""
 from __future__ import annotations
 
 import os
@@ -62,7 +62,7 @@ def test_the_bare_config_works_on_a_fresh_machine(fresh):
     err = log.read()
     assert "nothing answers at unix!" + ns + "/toolsrv" in err
     assert "serving the default registry in this process" in err
-    assert {"file_read", "file_write", "file_edit"} <= names       # bundled toolsrv/data/tools
+    assert {"file_read", "file_write", "file_edit"} <= names       # bundled data/tools
     assert read.is_error is False and "hi from the standalone test" in text(read)
     assert missing.is_error is True and "\nlog: " in text(missing)   # toolsrv's reason
     assert os.listdir(ns) == []          # its own server listened elsewhere, privately

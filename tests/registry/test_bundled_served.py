@@ -18,7 +18,7 @@ TOOLS = ["file_read", "file_write", "file_edit", "file_glob", "file_grep", "memo
          "memory_recall", "json_value", "system_logs", "client_9p"]
 
 
-BUNDLED = os.path.join(REPO, "toolsrv", "data", "tools")
+BUNDLED = os.path.join(REPO, "data", "tools")
 PYTHON_RESIDENT = ["file_read", "file_write", "file_edit", "file_glob", "file_grep"]  # issue 33
 
 

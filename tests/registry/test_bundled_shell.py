@@ -22,7 +22,7 @@ from sandbox_support import processes_with  # noqa: E402
 
 # sleeps of a length no other test process uses (another suite may run beside this one)
 LONG = 3_600_000 + os.getpid() % 100_000
-TOOLS = Path(__file__).resolve().parents[2] / "toolsrv" / "data" / "tools"
+TOOLS = Path(__file__).resolve().parents[2] / "data" / "tools"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The bundled tools under toolsrv/data/tools/, run directly as processes.
+"""The bundled tools under data/tools/, run directly as processes.
 
 Each tool gets one JSON object on stdin in a temporary working directory,
 with a plain PATH (/usr/local/bin:/usr/bin:/bin) as the server would give it,
@@ -26,7 +26,7 @@ from jsonschema import Draft202012Validator
 
 from toolsrv.errors import errno_for
 
-TOOLS = Path(__file__).resolve().parents[2] / "toolsrv" / "data" / "tools"
+TOOLS = Path(__file__).resolve().parents[2] / "data" / "tools"
 PATH = "/usr/local/bin:/usr/bin:/bin"
 HAVE_JQ = shutil.which("jq", path=PATH) is not None
 
@@ -56,7 +56,7 @@ def _stdin(args) -> str:
 
 def run_tool(name: str, args, cwd: Path, env: dict | None = None,
              argv: list | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
-    """Run toolsrv/data/tools/<name> as the server would: JSON on stdin, cwd, env."""
+    """Run data/tools/<name> as the server would: JSON on stdin, cwd, env."""
     return subprocess.run(argv or [str(TOOLS / name)], input=_stdin(args), cwd=cwd,
                           env=env or base_env(cwd), capture_output=True, text=True,
                           timeout=timeout)

@@ -5,7 +5,7 @@ profile that does not exist (where it was looked for); the tool is served once f
 import json
 import os
 
-from toolsrv import bundled
+from toolsrv.dirs import bundled
 from toolsrv.registry.registry import Registry
 
 

@@ -49,7 +49,7 @@ def test_lsp_fields_are_refused_for_the_other_protocols():
 
 
 def test_the_bundled_lsp_tools():
-    files = sorted(glob.glob(os.path.join(REPO, "toolsrv", "data", "tools", "lsp_*.meta")))
+    files = sorted(glob.glob(os.path.join(REPO, "data", "tools", "lsp_*.meta")))
     ops = []
     for f in files:
         m = parse_meta(open(f, "rb").read())

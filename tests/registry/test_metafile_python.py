@@ -10,7 +10,7 @@ import pytest
 from toolsrv.registry.metafile import MetaError, parse_meta
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOLS = os.path.join(REPO, "toolsrv", "data", "tools")
+TOOLS = os.path.join(REPO, "data", "tools")
 
 
 def meta(**fields):

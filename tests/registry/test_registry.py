@@ -398,9 +398,8 @@ def test_meta_says_how_a_python_tool_starts(tmp_path) -> None:  # type: ignore[n
 def test_meta_says_a_resident_tools_calls_go_to_its_process() -> None:
     """A bundled file tool runs resident (protocol python): its meta's "start" says so, and
     how a call it cannot take (an elevated one) starts instead."""
-    import importlib.resources
-    bundled = importlib.resources.files("toolsrv").joinpath("data", "tools")
-    r = Registry([str(bundled)], env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/"})
+    from toolsrv.dirs.bundled import TOOLS
+    r = Registry([TOOLS], env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/"})
     r.load()
     start = r.get("file_read").meta_json()["start"]
     assert start["resident"] == "python", start

@@ -120,7 +120,7 @@ def test_real_schemas_pass_with_room():
     (FastMCP's inputSchemas are made so: $defs and refs) stay under a tenth of the bound."""
     from toolsrv.registry.schemacost import _nodes, _paths
     here = os.path.dirname(os.path.abspath(__file__))
-    data = os.path.join(here, "..", "..", "toolsrv", "data", "tools", "*.meta")
+    data = os.path.join(here, "..", "..", "data", "tools", "*.meta")
     schemas = [json.load(open(f)).get("args", {}) for f in glob.glob(data)]
     import mcp.types as mt
     schemas += [mt.CallToolRequest.model_json_schema(),

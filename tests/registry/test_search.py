@@ -14,7 +14,7 @@ import pytest
 from apphelpers import add_tool, tools_dir
 from toolsrv.errors import P9Error, errno_for
 from toolsrv.registry.registry import Registry
-from toolsrv.bundled import install_hint
+from toolsrv.dirs.bundled import install_hint
 from toolsrv.registry.search.index import (LEXICAL_NOTICE, SearchIndex, answer_text,
                                            parse_need, stem, words)
 from toolsrv.registry.search.semantic import Semantic

@@ -11,7 +11,7 @@ import pytest
 from apphelpers import AppThread
 from py9phelpers import agent, connect, rdwr
 
-TOOLS = Path(__file__).resolve().parents[2] / "toolsrv" / "data" / "tools"
+TOOLS = Path(__file__).resolve().parents[2] / "data" / "tools"
 FDS = ("python3 -c 'import os\nfor fd in range(3, 256):\n    try:\n        os.fstat(fd)\n"
        "        print(\"open\", fd)\n    except OSError:\n        pass'")
 

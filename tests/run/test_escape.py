@@ -106,7 +106,7 @@ def world():
     home = os.path.join(out, "home")                 # the server's HOME: profiles live here
     prof = os.path.join(home, ".config", "ollie", "sandbox")
     os.makedirs(prof)
-    from toolsrv.bundled import PROFILES
+    from toolsrv.dirs.bundled import PROFILES
     with open(os.path.join(PROFILES, "default.yaml")) as f:
         default = f.read()
     yield {"dir": out, "secret": os.path.join(out, "secret"), "drop": drop, "prog": prog,

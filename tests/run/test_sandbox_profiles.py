@@ -28,7 +28,7 @@ VALUES = {"CWD": "/work/s1", "TMPDIR": "/tmp/run-1", "TOOLS": "/opt/tools", "HOM
 
 def test_shipped_default_loads_and_says_no_network() -> None:
     p = load_profile("default", user_dir=Path("/nonexistent"))
-    assert p.source and p.source.endswith("toolsrv/data/sandbox/default.yaml")
+    assert p.source and p.source.endswith("sandbox/default.yaml")
     assert p.network == "none" and not p.best_effort
     assert "{CWD}" in p.filesystem["rwx"] and "{TMPDIR}" in p.filesystem["rwx"]
     assert "/usr" in p.filesystem["rox"] and "/etc/passwd" in p.filesystem["ro"]

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
     InMemorySpanExporter)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CLIENT = os.path.join(REPO, "toolsrv", "data", "tools", "client_9p")
+CLIENT = os.path.join(REPO, "data", "tools", "client_9p")
 # calls echo through the connection its run was given: a nested call
 OUTER = f"""#!/bin/sh
 cat >/dev/null

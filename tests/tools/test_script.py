@@ -23,7 +23,7 @@ from serverhelpers import wait_for
 from toolsrv.cli.client import Client, ClientError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUNDLED = os.path.join(REPO, "toolsrv", "data", "tools")
+BUNDLED = os.path.join(REPO, "data", "tools")
 
 HANG = """#!/bin/sh
 cat >/dev/null

@@ -27,7 +27,7 @@ from apphelpers import AppThread
 from serverhelpers import ServeProcess, stop_clean
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUNDLED = os.path.join(REPO, "toolsrv", "data", "tools")
+BUNDLED = os.path.join(REPO, "data", "tools")
 FULL = "input/output error: state not saved: No space left on device"
 
 

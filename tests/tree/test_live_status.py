@@ -134,6 +134,6 @@ def test_a_profiles_timeout_is_the_bound(monkeypatch):
 
 def test_the_bundled_shell_names_its_timeout_arg():
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with open(os.path.join(here, "toolsrv", "data", "tools", "shell.meta")) as f:
+    with open(os.path.join(here, "data", "tools", "shell.meta")) as f:
         meta = json.load(f)
     assert meta["timeoutArg"] == "timeout" and "timeout" in meta["args"]["properties"]

@@ -68,7 +68,7 @@ def srv():
     listener.listen(8)
     listener.setblocking(False)
     extra = tools_dir()
-    meta = json.load(open(os.path.join(REPO, "toolsrv", "data", "tools", "lsp_definition.meta")))
+    meta = json.load(open(os.path.join(REPO, "data", "tools", "lsp_definition.meta")))
     add_tool(extra, "lsp_idle_definition", None, {
         **meta, "resident": {**meta["resident"], "idle": 2},
         "cmd": f"exec {PYLSP} -v"})      # its own command: its own server
@@ -76,7 +76,7 @@ def srv():
         **meta, "resident": {**meta["resident"], "tool": "symbols"},
         "cmd": probe_cmd(extra, os.path.join(secret_dir, "secret.py"),
                          listener.getsockname()[1])})
-    app = AppThread([os.path.join(REPO, "toolsrv", "data", "tools"), extra], timeout=120).start()
+    app = AppThread([os.path.join(REPO, "data", "tools"), extra], timeout=120).start()
     app.secret, app.listener = secret_dir, listener
     yield app
     app.cleanup()

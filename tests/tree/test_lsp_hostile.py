@@ -111,7 +111,7 @@ def srv():
             "cmd": f"exec /usr/bin/python3 {extra}/evil_ls.py {args}", "sandbox": "lsp",
             "resident": {"protocol": "lsp", "tool": op, "idle": 600, "language": "python",
                          "extensions": [".py"]}})
-    app = AppThread([os.path.join(REPO, "toolsrv", "data", "tools"), extra],
+    app = AppThread([os.path.join(REPO, "data", "tools"), extra],
                     timeout=120).start()
     yield app
     app.cleanup()

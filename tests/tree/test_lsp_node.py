@@ -37,14 +37,14 @@ def tsls() -> str:
 def srv(tsls):
     d = tools_dir()
     for op in ("definition", "references", "symbols", "diagnostics", "calls"):
-        meta = json.load(open(os.path.join(REPO, "toolsrv", "data", "tools", f"lsp_{op}.meta")))
+        meta = json.load(open(os.path.join(REPO, "data", "tools", f"lsp_{op}.meta")))
         meta.update(cmd=f"exec {tsls}/node_modules/.bin/typescript-language-server --stdio",
                     sandbox="lspnode", resident={"protocol": "lsp", "tool": op,
                                                  "language": "typescript",
                                                  "extensions": [".ts", ".tsx"]})
         add_tool(d, f"ts_{op}", None, meta)
     home = tempfile.mkdtemp(prefix="home.", dir="/tmp")
-    prof = yaml.safe_load(open(os.path.join(REPO, "toolsrv", "data", "sandbox", "lsp.yaml")))
+    prof = yaml.safe_load(open(os.path.join(REPO, "sandbox", "lsp.yaml")))
     prof["filesystem"]["rox"].append(os.path.realpath(tsls))
     os.makedirs(f"{home}/.config/ollie/sandbox")
     with open(f"{home}/.config/ollie/sandbox/lspnode.yaml", "w") as f:

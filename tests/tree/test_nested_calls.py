@@ -23,7 +23,7 @@ from toolsrv.cli.client import Client, ClientError
 from toolsrv.tree.calls.nested import MAX_DEPTH
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUNDLED = os.path.join(REPO, "toolsrv", "data", "tools")
+BUNDLED = os.path.join(REPO, "data", "tools")
 CLIENT = os.path.join(BUNDLED, "client_9p")
 
 # marks that it runs, then waits far past any test (only a kill ends it)

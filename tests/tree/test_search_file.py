@@ -36,7 +36,7 @@ def srv():
     d = tools_dir()
     for name, meta in TOOLS.items():
         add_tool(d, name, None, {"cmd": "cat", **meta})
-    app = AppThread([d, os.path.join(REPO, "toolsrv", "data", "tools")]).start()
+    app = AppThread([d, os.path.join(REPO, "data", "tools")]).start()
     app.tools = d
     yield app
     app.cleanup()

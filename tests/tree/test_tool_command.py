@@ -1,4 +1,4 @@
-"""`tool NAME 'JSON'` (issue 45.3, toolsrv/data/bin/tool): a shell program run under a
+"""`tool NAME 'JSON'` (issue 45.3, data/bin/tool): a shell program run under a
 profile with `general.toolsrv: true` (client9p, whose PATH has {BIN}) calls its agent's
 tools through the run's scoped connection, each a nested call of the run.  Real processes,
 real Landlock: a user's sh tool, not a bundled one, so the command is found through {BIN}
@@ -19,7 +19,7 @@ from apphelpers import AppThread, add_tool, tools_dir
 from toolsrv.cli.client import Client
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUNDLED = os.path.join(REPO, "toolsrv", "data", "tools")
+BUNDLED = os.path.join(REPO, "data", "tools")
 
 CALLS = """#!/bin/sh
 cat >/dev/null

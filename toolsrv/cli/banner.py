@@ -25,7 +25,7 @@ def _prog() -> str:
 
 def _without_bundled(app: Any, dirs: list[str]) -> str | None:
     """The line that says the bundled tools are left out of the tools path, and why."""
-    from .. import bundled
+    from ..dirs import bundled
     if bundled.TOOLS in dirs:
         return None
     why = "--tools is given" if getattr(getattr(app, "opts", None), "tools", None) \
@@ -74,7 +74,7 @@ def search_mode() -> str:
         except (ImportError, ValueError):
             break  # as an import would: a finder that refuses it ends the search
     if not found:
-        from ..bundled import install_hint
+        from ..dirs.bundled import install_hint
         return f"lexical only: the semantic ranker is not installed ({install_hint('search')})"
     return "lexical + semantic (the model loads on the first search)"
 

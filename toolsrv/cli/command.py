@@ -63,7 +63,7 @@ VERBS = ("serve", "ls", "read", "write", "rdwr", "stat", "mkdir", "rm", "call", 
 
 def _docs_line() -> str:
     """The full parser's epilog: where the manual pages and the documentation are."""
-    from ..bundled import docs
+    from ..dirs.bundled import docs
     d = docs()
     where = f"{d}/README.md, {d}/doc/" if d else "README.md and doc/ in the source"
     return f"manual: man toolsrv (the command), man 4 toolsrv (the files)\ndocumentation: {where}"
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def mcp_missing() -> str:
-    from ..bundled import install_hint
+    from ..dirs.bundled import install_hint
     return ("toolsrv mcp: the MCP SDK is not installed (it is needed by this command only): "
             + install_hint("mcp"))
 
@@ -360,7 +360,7 @@ def use_uvloop(wanted: bool) -> None:
     try:
         import uvloop
     except ImportError:
-        from ..bundled import install_hint
+        from ..dirs.bundled import install_hint
         print(f"toolsrv: uvloop is not installed ({install_hint('fast')}): "
               "using asyncio's own loop", file=sys.stderr)
         return

@@ -43,7 +43,7 @@ def sandbox_check_main(argv: list[str]) -> int:
         profile = load_profile(name)
     except ProfileError as e:
         from ..run.sandbox import default_user_dir
-        from .. import bundled
+        from ..dirs import bundled
         where = f" (looked for {name}.yaml in {default_user_dir()} and {bundled.PROFILES})" \
             if str(e).endswith(": not found") else ""
         print(f"toolsrv sandbox check: {e}{where}", file=sys.stderr)

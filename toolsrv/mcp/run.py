@@ -101,7 +101,7 @@ def mcp_main(args: Any) -> int:
             import uvloop  # noqa: F401
             options["use_uvloop"] = True
         except ImportError:
-            from ..bundled import install_hint
+            from ..dirs.bundled import install_hint
             print(f"toolsrv mcp: uvloop is not installed ({install_hint('fast')}): "
                   "using asyncio's own loop", file=sys.stderr)
     try:

@@ -35,7 +35,7 @@ import stat
 import types
 from collections.abc import Callable, Iterable, Mapping
 
-from .. import bundled
+from ..dirs import bundled
 from .metafile import MetaDef, MetaFile, read_meta
 from .names import check_name, valid_name
 from ..record import Record

@@ -15,7 +15,7 @@
 #   run/kernel/  ctypes bindings of the kernel, used by the inits (and read by the server
 #                for status and plans).
 #
-# May import: run/init/, run/kernel/, dirs/, errors, record, bundled.  Never tree/,
+# May import: run/init/, run/kernel/, dirs/, errors, record.  Never tree/,
 # serve/, app or cli/, nor registry/.  This file must stay empty of imports: the zygote's
 # boot line imports run.init.zygote from a bare interpreter, and whatever this package
 # imported would be in every launcher.

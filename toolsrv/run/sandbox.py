@@ -1,9 +1,10 @@
 # toolsrv/run/sandbox.py — sandbox profiles: YAML → validated Profile → per-call Policy.
 #
 # Theory of operation.  A profile is looked up by a plain name, first in the user's
-# ~/.config/ollie/sandbox/<name>.yaml, then in the shipped toolsrv/data/sandbox/<name>.yaml
-# (package data, toolsrv/bundled.py), parsed with yaml.safe_load and validated whole: an unknown key, a wrong type, an unknown
-# {PLACEHOLDER}, a relative path or a bad port is a ProfileError naming it, and nothing is
+# ~/.config/ollie/sandbox/<name>.yaml, then in the shipped sandbox/<name>.yaml (package data,
+# found by dirs/bundled.py), parsed with yaml.safe_load and validated whole: an unknown key,
+# a wrong type, an unknown {PLACEHOLDER}, a relative path or a bad port is a ProfileError
+# naming it, and nothing is
 # half-loaded.  A Profile is immutable and still holds placeholders; Profile.resolve() fills
 # them for one call ({CWD}, {TMPDIR}, {TOOLS} differ per call) and yields a Policy, which the
 # runner turns into a Landlock ruleset.  A path whose placeholder is unset is skipped; a path
@@ -21,7 +22,7 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
 
-from toolsrv import bundled
+from toolsrv.dirs import bundled
 from toolsrv.run.kernel import landlock
 from toolsrv.record import Frozen, setfield
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 PLACEHOLDERS = ("CWD", "HOME", "TMPDIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
                 "XDG_CACHE_HOME", "XDG_RUNTIME_DIR", "TOOLS", "PREFIX", "BASE_PREFIX", "BIN")
 # toolsrv's own commands for a run (data/bin: `tool`), {BIN}
-BIN = os.path.join(bundled.DATA, "bin")
+BIN = bundled.BIN
 ACCESS_KEYS = ("ro", "rox", "rw", "rwx")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -282,7 +283,7 @@ def default_shipped_dir() -> Path:
     return Path(_SHIPPED)
 
 
-_SHIPPED = bundled.PROFILES    # package data: toolsrv/data/sandbox (toolsrv/bundled.py)
+_SHIPPED = bundled.PROFILES    # the shipped profiles (dirs/bundled.py)
 
 
 def load_profile(name: str, *, user_dir: Path | None = None,

@@ -463,7 +463,7 @@ class SearchIndex:
             return None
         self.noticed = True
         why = self.semantic.error if self.semantic is not None else ""
-        from ... import bundled
+        from ...dirs import bundled
         return f"{LEXICAL_NOTICE} ({bundled.install_hint('search')})" + (
             f": {why}" if why else "")
 

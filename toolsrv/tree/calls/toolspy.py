@@ -23,10 +23,10 @@ import os
 import re
 from typing import Any
 
+from ...dirs import bundled
 from ...errors import printable
 
-RUNTIME = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "data", "tools", "script")   # its runtime, between markers
+RUNTIME = os.path.join(bundled.TOOLS, "script")   # its runtime, between markers
 _TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool",
           "array": "list", "object": "dict"}
 _RESERVED = {"ToolError", "call_tool"}
