@@ -5,6 +5,7 @@
         (a tls!HOST!PORT address: [--tls-ca FILE] [--tls-cert FILE --tls-key FILE])
     toolsrv call [--cwd DIR] SESSION AGENT TOOL JSON
     toolsrv search [-n LIMIT] WORDS...   (the tools that fit a need: tools/search)
+    toolsrv block [TOOL|PRINCIPAL...]    toolsrv unblock TOOL|PRINCIPAL...   (the kill switch)
     toolsrv sandbox check [PROFILE]      toolsrv approve [--allow TOOL...]
     toolsrv mount [MOUNTPOINT]           toolsrv umount [MOUNTPOINT]
     toolsrv import-mcp [--prefix P] [--dir DIR] [--force] -- COMMAND [ARGS...]
@@ -58,6 +59,7 @@ def client_tls(args: Any) -> Any:
 
 
 VERBS = ("serve", "ls", "read", "write", "rdwr", "stat", "mkdir", "rm", "call", "search",
+         "block", "unblock",
          "sandbox", "approve", "mount", "umount", "import-mcp", "mcp")
 
 
@@ -112,6 +114,15 @@ def build_parser(only: str | None = None,
         c.add_argument("-n", "--limit", type=int, metavar="N",
                        help="how many tools (default 10, at most 100)")
         c.add_argument("words", nargs="+", help="the need, in words")
+    for verb, helptext in [("block", "block tools (names or globs) or principals (uid:N, "
+                            "tls:SUBJECT, ...): their calls under way are killed, new ones "
+                            "refused; with none, list the blocks"),
+                           ("unblock", "lift blocks")]:
+        if only in (None, verb):
+            c = sub.add_parser(verb, help=helptext)
+            _addr_arg(c)
+            c.add_argument("words", nargs="*" if verb == "block" else "+",
+                           metavar="TOOL|PRINCIPAL")
     if only in (None, "sandbox"):
         sb = sub.add_parser("sandbox", help="sandbox profiles",
                             description="check: print the Landlock ABI of this kernel, the "
@@ -420,7 +431,8 @@ def client_verb(args: Any) -> int:
         return _run_verb(c, args)
     except ClientError as e:
         what = args.path if hasattr(args, "path") else \
-            "tools/search" if args.verb == "search" else args.tool
+            "tools/search" if args.verb == "search" else \
+            args.verb if args.verb in ("block", "unblock") else args.tool
         print(f"toolsrv: {what}: {e}", file=sys.stderr)
         return 1
     finally:
@@ -466,6 +478,10 @@ def _run_verb(c: Any, args: Any) -> int:
     elif v == "search":
         head = f"limit {args.limit}\n" if args.limit is not None else ""
         out.write(c.rdwr("tools/search", (head + " ".join(args.words) + "\n").encode()))
+    elif v in ("block", "unblock"):      # the root's block file (tree/policy/files.py)
+        if args.words:
+            c.rdwr("block", f"{v} {' '.join(args.words)}\n".encode())
+        out.write(c.read("block"))
     elif v == "call":
         from .shortcut import call
         out.write(call(c, args.session, args.agent, args.tool, args.json,

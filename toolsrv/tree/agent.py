@@ -224,7 +224,7 @@ class CallFile(Node):
                     raise
                 answered(fid, offset + got)
                 return got
-            return later()
+            return later()  # type: ignore[return-value]
         answered(fid, offset + n)
         return n
 
