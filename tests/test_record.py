@@ -5,33 +5,68 @@ import copy
 import importlib
 import inspect
 from dataclasses import FrozenInstanceError
+from pathlib import Path
 
 import pytest
 
+import toolsrv
 from toolsrv.record import Frozen, Plain, Record, replace
 
-MODULES = ["app", "options", "tree.calls.scheduler", "serve.dial", "serve.fid", "registry.metafile",
-           "registry.registry", "registry.resolve", "run.runner", "run.sandbox", "serve.server",
-           "tree.state.sessions", "serve.transport"]
 
-
-def record_classes() -> list[type]:
+def _modules() -> list[str]:
+    """Every module of the package, but its entry point (__main__ runs the command) and
+    its data (the bundled tools' own scripts); __init__s import nothing."""
+    top = Path(toolsrv.__file__).parent
     out = []
-    for m in MODULES:
-        mod = importlib.import_module(f"toolsrv.{m}")
-        out += [c for c in vars(mod).values()
-                if isinstance(c, type) and issubclass(c, Plain) and c.__module__ == mod.__name__]
+    for path in sorted(top.rglob("*.py")):
+        rel = path.relative_to(top).with_suffix("")
+        if rel.parts[0] != "data" and rel.name not in ("__main__", "__init__"):
+            out.append("toolsrv." + ".".join(rel.parts))
     return out
 
 
-@pytest.mark.parametrize("cls", record_classes(), ids=lambda c: c.__name__)
+def record_classes() -> list[type]:
+    """Every class of the package built on the record helper, found by importing every
+    module: a record class added anywhere is checked without a list to update."""
+    for name in _modules():
+        importlib.import_module(name)
+    out, todo = set(), [Plain]
+    while todo:
+        for c in todo.pop().__subclasses__():
+            todo.append(c)
+            if c.__module__.startswith("toolsrv.") and c.__module__ != "toolsrv.record":
+                out.add(c)
+    return sorted(out, key=lambda c: (c.__module__, c.__qualname__))
+
+
+RECORDS = record_classes()
+
+
+@pytest.mark.parametrize("cls", RECORDS, ids=lambda c: f"{c.__module__}.{c.__qualname__}")
 def test_fields_are_the_constructor_parameters(cls) -> None:
     """FIELDS (repr, ==, hash, replace) and __init__ must not drift apart."""
     assert list(inspect.signature(cls).parameters) == list(cls.FIELDS)
 
 
-def test_every_former_dataclass_is_a_record() -> None:
-    assert len(record_classes()) == 21
+@pytest.mark.parametrize("cls", [c for c in RECORDS if issubclass(c, Frozen)],
+                         ids=lambda c: f"{c.__module__}.{c.__qualname__}")
+def test_frozen_fields_are_annotated(cls) -> None:
+    """A Frozen record stores its fields through setfield, which the type checker cannot
+    follow: each field is annotated at class level (as h11's events are) instead."""
+    annotated = {n for k in cls.__mro__ for n in vars(k).get("__annotations__", {})}
+    assert [n for n in cls.FIELDS if n not in annotated] == []
+
+
+def test_the_walk_finds_every_record() -> None:
+    names = {c.__qualname__ for c in RECORDS}
+    # at least the 21 former dataclasses, and classes no list named (two had drifted)
+    assert len(RECORDS) >= 21 and {"Addr", "Call", "Entry", "RemoteResult", "Tool"} <= names
+
+
+def test_drifted_records_are_whole_again() -> None:
+    from toolsrv.hosts.imports import RemoteResult
+    r = replace(RemoteResult(b"out"), exit_code=1)      # raised TypeError
+    assert r == RemoteResult(b"out", exit_code=1) and r.timed_out is False
 
 
 class P(Plain):

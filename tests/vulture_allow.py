@@ -31,5 +31,8 @@ _.__cached__
 # toolsrv/mcp/http.py: uvicorn.Server.capture_signals, overridden (uvicorn calls it in serve)
 _.capture_signals
 
+# toolsrv/mcp/http.py: uvicorn.Server.should_exit, which uvicorn's main loop reads
+_.should_exit
+
 # toolsrv/mcp/oauth.py: urllib's opener calls a redirect handler's redirect_request
 _.redirect_request

@@ -58,7 +58,9 @@ class Frozen(Record):
     """Base of an immutable record class; see the module's doc."""
     __slots__ = ()
 
-    def __hash__(self) -> int:
+    # hashable again below an unhashable base, as a frozen dataclass is: not an override
+    # mypy allows (Record's __hash__ is None)
+    def __hash__(self) -> int:  # type: ignore[override]
         return hash(tuple([getattr(self, n) for n in self.FIELDS]))
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -281,7 +281,7 @@ class Client:
         return fid
 
     def read_fid(self, fid: int, offset: int = 0) -> bytes:
-        out = []
+        out: list[bytes] = []
         while True:
             r = self.rpc(Tread(0, fid, offset, self.msize - IOHDRSZ))
             if not r.data:

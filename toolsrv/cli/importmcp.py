@@ -176,7 +176,7 @@ def command_text(words: list[str]) -> str:
 def prompt_for(name: str, tool: dict[str, Any], schema: dict[str, Any]) -> str:
     desc = _cut(str(tool.get("description") or "").strip())
     lines = [f"## {name}", "", desc or f"The MCP tool {tool.get('name')}.", "", "**Args**"]
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    props = got if isinstance(got := schema.get("properties"), dict) else {}
     required = set(schema.get("required") or [])
     for p, sub in props.items():
         sub = sub if isinstance(sub, dict) else {}
@@ -214,8 +214,7 @@ def plan(args: argparse.Namespace, tools: list[dict]) -> tuple[list[tuple[str, d
         if name in seen:
             raise ImportError_(f"tools {seen[name]!r} and {mcp_name!r} both map to {name}")
         seen[name] = mcp_name
-        schema = t.get("inputSchema") if isinstance(t.get("inputSchema"), dict) else \
-            {"type": "object"}
+        schema = s if isinstance(s := t.get("inputSchema"), dict) else {"type": "object"}
         try:
             check_schema(schema, f"{mcp_name}.inputSchema")
         except MetaError as e:
@@ -240,10 +239,11 @@ def plan(args: argparse.Namespace, tools: list[dict]) -> tuple[list[tuple[str, d
         if len(desc) > DESCRIPTION_MAX:
             notes.append(f"tool {mcp_name!r}: its description is cut to {DESCRIPTION_MAX} of "
                          f"{len(desc)} characters")
-        meta = {"description": _one_line(_cut(desc) or f"MCP tool {mcp_name}"),
-                "prompt": prompt_for(name, t, schema), "args": schema, "cmd": cmd,
-                "resident": {"protocol": "mcp", "tool": mcp_name}}
-        ann = t.get("annotations") if isinstance(t.get("annotations"), dict) else {}
+        meta: dict[str, Any] = {
+            "description": _one_line(_cut(desc) or f"MCP tool {mcp_name}"),
+            "prompt": prompt_for(name, t, schema), "args": schema, "cmd": cmd,
+            "resident": {"protocol": "mcp", "tool": mcp_name}}
+        ann = a if isinstance(a := t.get("annotations"), dict) else {}
         if ann.get("readOnlyHint") is True:
             meta["readOnly"] = True
         meta.update(_kept(mcp_name, t, ann))

@@ -101,11 +101,13 @@ class RemoteResult(Record):
     FIELDS = ("stdout", "stderr", "exit_code", "truncated", "signal", "error", "timed_out",
               "cancelled")
 
-    def __init__(self, stdout: bytes = b"", stderr: bytes = b"",
-                 exit_code: int | None = None) -> None:
+    def __init__(self, stdout: bytes = b"", stderr: bytes = b"", exit_code: int | None = None,
+                 truncated: str | None = None, signal: int | None = None,
+                 error: str | None = None, timed_out: bool = False,
+                 cancelled: bool = False) -> None:
         self.stdout, self.stderr, self.exit_code = stdout, stderr, exit_code
-        self.truncated = self.signal = self.error = None
-        self.timed_out = self.cancelled = False
+        self.truncated, self.signal, self.error = truncated, signal, error
+        self.timed_out, self.cancelled = timed_out, cancelled
 
 
 class KillEvent(asyncio.Event):
@@ -306,7 +308,7 @@ class Import:
             return
         self.made.discard((rs, agent.name))
         self.loaded = {x for x in self.loaded if x[:2] != (rs, agent.name)}
-        self._cleanup([f"session/{rs}/agent/{agent.name}"])
+        self._cleanup(self.nine, [f"session/{rs}/agent/{agent.name}"])
 
     def forget_session(self, session: str) -> None:
         """The local session is gone: remove the remote session made for it, if one is left
@@ -317,10 +319,10 @@ class Import:
         self.sessions.discard(rs)
         self.made = {x for x in self.made if x[0] != rs}
         self.loaded = {x for x in self.loaded if x[0] != rs}
-        self._cleanup([f"session/{rs}"])
+        self._cleanup(self.nine, [f"session/{rs}"])
 
-    def _cleanup(self, paths: list[str]) -> None:
-        task = asyncio.get_running_loop().create_task(self._remove(self.nine, paths))
+    def _cleanup(self, nine: NineP, paths: list[str]) -> None:
+        task = asyncio.get_running_loop().create_task(self._remove(nine, paths))
         self.cleanups.add(task)
         task.add_done_callback(self.cleanups.discard)
 

@@ -53,6 +53,10 @@ def local_name(prefix: str, tool: str) -> str:
 class RemoteTool(Tool):
     """A Tool served by an import; `remote` is the import, `remote_name` its name there,
     `cost` the (bytes, JSON values) it keeps."""
+    remote: Any                 # the hosts.imports.Import (it imports this module)
+    remote_name: str
+    source: str
+    cost: tuple[int, int]
 
     def meta_json(self) -> dict[str, Any]:
         """The remote's meta as far as it is kept (KEPT), with the schema as `args`."""

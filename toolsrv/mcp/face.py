@@ -107,6 +107,7 @@ class Face:
         self._releasing: set[asyncio.Future] = set()    # removals sent, not yet answered
         self._serial = 0
         self._networks: dict[str, bool | None] = {}
+        self.standalone: str | None = None     # the address tried, when none answered
 
     # -- the connection --
     async def conn(self) -> NineP:
@@ -297,7 +298,7 @@ class Face:
         """The status line of the seat's latest call of `name` (call_tool's in --search
         mode: the tool it names), or None before the seat is made or on an error."""
         if self.search and name == CALL_TOOL and isinstance(args, dict):
-            name = args.get("name") if isinstance(args.get("name"), str) else ""
+            name = n if isinstance(n := args.get("name"), str) else ""
         if not seat.ready or not name or "/" in name:
             return None
         try:

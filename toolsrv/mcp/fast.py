@@ -93,7 +93,7 @@ class Calls:
                 msg.get("method") != "tools/call":
             return False
         rid, params = msg.get("id"), msg.get("params")
-        if type(rid) not in (int, str):
+        if not isinstance(rid, (int, str)) or isinstance(rid, bool):   # true is an int
             return False                # not a request the SDK dispatches as one
         got = None if self.traced or self.sdk else self._conn()
         name = params.get("name") if isinstance(params, dict) else None

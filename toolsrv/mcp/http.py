@@ -274,7 +274,7 @@ def _authenticated(who: Any) -> dict[str, Any]:
     token = AccessToken(token="", client_id=who.client, scopes=sorted(who.scopes),
                         subject=who.sub, claims={"iss": who.issuer})
     user = AuthenticatedUser(token)
-    user.principal = who
+    user.principal = who  # type: ignore[attr-defined]  # ours: the handlers read it
     return {"user": user, "auth": AuthCredentials(sorted(who.scopes))}
 
 
@@ -351,7 +351,7 @@ async def serve_http(wiring: Wiring, listen: Listen) -> None:
         streamable_http_path="/mcp", session_idle_timeout=listen.idle_timeout,
         max_sessions=listen.max_sessions,     # the gate checks Origin and Host instead
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-    if listen.made:
+    if listen.made and token:
         print(f"toolsrv mcp: made the bearer token {token.decode()} in {listen.token_file} "
               "(mode 600): clients send `Authorization: Bearer <it>`",
               file=sys.stderr, flush=True)
@@ -365,13 +365,18 @@ async def serve_http(wiring: Wiring, listen: Listen) -> None:
     conns = Conns(passed_room())
     gate = Gate(app, token, port, is_loopback(host), listen.token_file or "", conns,
                 oauth, wiring.face.search)
+    # (uvicorn hints timeout_graceful_shutdown as an int: a timeout, a float works)
     config = uvicorn.Config(gate, log_level="warning", lifespan="on", access_log=False,
-                            timeout_graceful_shutdown=STOP_GRACE, http=guarded(conns),
-                            ws="none", h11_max_incomplete_event_size=MAX_HEAD,
+                            timeout_graceful_shutdown=STOP_GRACE,  # type: ignore[arg-type]
+                            http=guarded(conns), ws="none", h11_max_incomplete_event_size=MAX_HEAD,
                             backlog=ACCEPT_BATCH,
                             limit_concurrency=HELD_MAX + conns.passed_max + 1)
     server = _quiet_uvicorn(config)
-    wiring.stop = lambda: (gate.stop(), setattr(server, "should_exit", True))
+
+    def stop() -> None:
+        gate.stop()
+        server.should_exit = True
+    wiring.stop = stop
     try:
         await server.serve(sockets=[sock])
     finally:

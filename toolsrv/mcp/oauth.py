@@ -306,7 +306,7 @@ class OAuth:
 def _needs(msg: dict[str, Any], search: bool) -> str | None:
     """The scope a JSON-RPC message needs, or None (a valid token is enough)."""
     method = msg.get("method")
-    params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+    params = p if isinstance(p := msg.get("params"), dict) else {}
     if method in ("tools/list", "prompts/list", "prompts/get"):
         return LIST
     if method != "tools/call":

@@ -145,7 +145,7 @@ async def _main(args: Any, http: Any) -> int:
     from mcp.server.stdio import stdio_server
     from .stdio import wire
     async with wire() as ours:           # the loop's own pipes, where it can watch them
-        mine = {"stdin": ours[0], "stdout": ours[1]} if ours else {}
+        mine: dict[str, Any] = {"stdin": ours[0], "stdout": ours[1]} if ours else {}
         # a signal ends the transport's stdin reader too: its task group would otherwise
         # wait for a line, or end of file, that a client keeping stdin open never sends
         with anyio.CancelScope() as reading:

@@ -94,10 +94,10 @@ async def wire() -> AsyncIterator[tuple[LinesIn, LinesOut] | None]:
         t, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
                                             os.fdopen(wire_in, "rb", 0))
         transports.append(t)
-        t, proto = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
+        w, proto = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
                                                  os.fdopen(wire_out, "wb", 0))
-        transports.append(t)
-        yield LinesIn(reader), LinesOut(asyncio.StreamWriter(t, proto, None, loop))
+        transports.append(w)
+        yield LinesIn(reader), LinesOut(asyncio.StreamWriter(w, proto, None, loop))
     finally:
         for t in transports:
             t.close()

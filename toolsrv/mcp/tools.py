@@ -70,7 +70,7 @@ def tool_of(name: str, meta: dict[str, Any], tier: str = "",
     prompt = str(meta.get("prompt") or "").strip()
     if prompt and prompt != desc:
         desc = f"{desc}\n\n{prompt}" if desc else prompt
-    extra = meta.get("extra") if isinstance(meta.get("extra"), dict) else {}
+    extra = e if isinstance(e := meta.get("extra"), dict) else {}
     declared = extra.get("sandbox")
     out = meta.get("outputSchema")
 

@@ -61,6 +61,9 @@ DRAFT_07 = "json-schema.org/draft-07/schema"
 class Variant(Frozen):
     """One entry of `variants`: conditions (key -> alternatives, ORed) and the fields it sets."""
     FIELDS = ("match", "fields", "extra")
+    match: dict[str, tuple[str, ...]]
+    fields: dict[str, Any]
+    extra: dict[str, Any]
 
     def __init__(self, match: dict[str, tuple[str, ...]], fields: dict[str, Any],
                  extra: dict[str, Any]) -> None:
@@ -72,6 +75,9 @@ class Variant(Frozen):
 class MetaDef(Frozen):
     """A checked `.meta`: known top-level fields, unknown ones, and its variants."""
     FIELDS = ("fields", "extra", "variants")
+    fields: dict[str, Any]
+    extra: dict[str, Any]
+    variants: tuple[Variant, ...]
 
     def __init__(self, fields: dict[str, Any], extra: dict[str, Any] | None = None,
                  variants: tuple[Variant, ...] = ()) -> None:

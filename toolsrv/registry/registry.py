@@ -195,7 +195,7 @@ class Registry:
                 continue
             if was is now or (was is not None and now is not None and
                               was.meta_text == now.meta_text):
-                if now is not None:
+                if now is not None and was is not None:
                     tools = {**tools, name: was}     # unchanged: the Tool served stays
                 continue
             changed = True

@@ -42,6 +42,9 @@ class Command(Frozen):
     """A resolved command: `kind` "exec" (argv run directly) or "shell" (argv is
     `/bin/sh -c CMD`), and the resolution `rule` that chose it (one of RULES)."""
     FIELDS = ("kind", "argv", "rule")
+    kind: str
+    argv: tuple[str, ...]
+    rule: str
 
     def __init__(self, kind: str, argv: tuple[str, ...], rule: str) -> None:
         setfield(self, "kind", kind)
@@ -104,6 +107,25 @@ class Tool(Frozen):
     FIELDS = ("name", "file", "dir", "description", "prompt", "keywords", "schema", "tier",
               "read_only", "scope", "output_format", "resets_counter", "extra", "command",
               "variant", "cmd", "resident", "hints", "secrets")
+    name: str
+    file: str
+    dir: str
+    description: str
+    prompt: str
+    keywords: tuple[str, ...]
+    schema: dict[str, Any]
+    tier: str
+    read_only: bool
+    scope: str | None
+    output_format: str | None
+    resets_counter: bool
+    extra: dict[str, Any]
+    command: Command
+    variant: int | None
+    cmd: str | None
+    resident: dict[str, Any] | None
+    hints: dict[str, Any]
+    secrets: tuple[str, ...]
 
     def __init__(self, name: str, file: str, dir: str, description: str, prompt: str,
                  keywords: tuple[str, ...], schema: dict[str, Any], tier: str,

@@ -19,6 +19,7 @@ before anything else walks it: the count takes any JSON, valid schema or not.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 NODES_MAX = 50_000     # JSON values (objects, arrays, strings, numbers...) one schema holds
@@ -135,7 +136,8 @@ class _Refs:
         return self.seen[key]
 
 
-def _children(node: dict[str, Any], refs: _Refs | None, resolver: Any):  # type: ignore[no-untyped-def]
+def _children(node: dict[str, Any], refs: _Refs | None, resolver: Any
+              ) -> Iterator[tuple[Any, Any]]:
     """(subschema, its resolver) for each subschema node applies in place or deeper."""
     if refs is not None:
         resolver = refs.enter(node, resolver)

@@ -254,7 +254,7 @@ def ref_loop(schema: Any) -> list[str] | None:
         for k in _IN_PLACE_ONE:
             out.append((f"{where}/{k}", node.get(k)))
         for k in _IN_PLACE_MAPS:
-            for name, sub in (node.get(k).items() if isinstance(node.get(k), dict) else ()):
+            for name, sub in (m.items() if isinstance(m := node.get(k), dict) else ()):
                 out.append((f"{where}/{k}/{name}", sub))
         for k, v in node.items():
             if k in _DATA:

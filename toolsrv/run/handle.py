@@ -49,7 +49,7 @@ class Spare:
 
     def __init__(self, sock: socket.socket, pidfd: int) -> None:
         self.sock, self.pidfd = sock, pidfd
-        self.known: set[int] = set()  # the fixed path lists it has been sent
+        self.known: set[tuple[int, int]] = set()  # the fixed path lists it has been sent
         self.kind: WarmKind | None = None
         self.rss = 0  # bytes it holds (measure(): PSS, standby included), as it went idle
         self.measured = float("-inf")  # when it was read (the loop's clock)
@@ -68,14 +68,16 @@ class Spare:
         if self._pid is None:
             self._pid = self.pid()  # a pidfd's process keeps its pid while it lives
         pid = self._pid
+        if pid is None:     # gone: neither can be read (int(None) below raised TypeError)
+            return 0
         try:
             with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
                 kids = f.read().split()
         except OSError:
             kids = []
         total = 0
-        for p in (pid, *kids):
-            kib = _pss_kib(int(p))
+        for p in (pid, *[int(k) for k in kids]):
+            kib = _pss_kib(p)
             if kib is None:
                 return _rss(pid)
             total += kib << 10
@@ -108,7 +110,7 @@ class LaunchHandle:
         self.killed = False
         self.exited: asyncio.Future[tuple[int | None, str | None]] = loop.create_future()
         self._owned = True
-        self.knows: object = None  # the fixed path list sent along with it, if any
+        self.knows: tuple[int, int] | None = None  # the fixed path list sent with it, if any
         self._init: Spare | None = None
         self._release: Callable[[Spare], None] | None = None
         self.warm: WarmKind | None = None  # the warm kind it runs in, if any

@@ -203,8 +203,8 @@ class Launcher:
         handle.exited.add_done_callback(lambda _: self._handles.pop(handle.id, None))
         return handle
 
-    def _warm_request(self, msg: dict, known: set[int], blob: bytes | None
-                      ) -> tuple[bytes, int | None]:
+    def _warm_request(self, msg: dict, known: set[tuple[int, int]], blob: bytes | None
+                      ) -> tuple[bytes, tuple[int, int] | None]:
         """The request as a warm init gets it (toolsrv/run/init/warm.py): what the init
         reads — the profile's part of the Landlock rules, fixed paths by reference — then a
         newline and the call's own request, then the script's source and bytecode, which
@@ -216,8 +216,8 @@ class Launcher:
         out = data + b"\n" + json.dumps(call).encode()
         return (out + b"\n" + blob if blob else out), sent
 
-    def _request(self, msg: dict, known: set[int], head: bool = False
-                 ) -> tuple[bytes, int | None]:
+    def _request(self, msg: dict, known: set[tuple[int, int]], head: bool = False
+                 ) -> tuple[bytes, tuple[int, int] | None]:
         """The request as an init gets it: the Landlock rules with the profile's fixed
         paths (the first `cached`, the same in every call of a profile) named by a
         reference the init was sent once, unless it was not (then they come along too).
@@ -240,7 +240,7 @@ class Launcher:
         if (self._epoch, ref) not in known:
             out["fixed_paths"] = rules["paths"][:n]
         sent = (self._epoch, ref) if "fixed_paths" in out else None
-        return json.dumps({**msg, "landlock": out}).encode(), sent  # type: ignore[return-value]
+        return json.dumps({**msg, "landlock": out}).encode(), sent
 
     def _hand_over(self, handle: LaunchHandle, msg: dict, fds: list[int]) -> None:
         self._last_spawn = asyncio.get_running_loop().time()
@@ -253,7 +253,7 @@ class Launcher:
                 init.close()
                 continue
             if sent is not None:
-                init.known.add(sent)  # type: ignore[arg-type]
+                init.known.add(sent)
             self._low_water()
             handle.attach(init, self._idle)
             return
@@ -286,7 +286,7 @@ class Launcher:
                 init.close()
                 continue
             if sent is not None:
-                init.known.add(sent)  # type: ignore[arg-type]
+                init.known.add(sent)
             handle.warm = kind
             handle.attach(init, self._idle)
             return True
@@ -301,7 +301,7 @@ class Launcher:
                 init.close()
                 continue
             if sent is not None:
-                init.known.add(sent)  # type: ignore[arg-type]
+                init.known.add(sent)
             init.kind = kind
             self.warm_started += 1
             self._low_water()

@@ -471,13 +471,16 @@ class Runner:
                                     or (kill is not None and kill.is_set())):
                 wake.set_result(None)
 
+        def expire() -> None:
+            if not wake.done():
+                wake.set_result(None)
+
         for f in waits:
             f.add_done_callback(check)
         killer = asyncio.ensure_future(kill.wait()) if kill is not None else None
         if killer is not None:
             killer.add_done_callback(check)
-        timer = loop.call_later(max(0.0, deadline - time.monotonic()),
-                                lambda: wake.done() or wake.set_result(None))
+        timer = loop.call_later(max(0.0, deadline - time.monotonic()), expire)
         try:
             check()
             await wake

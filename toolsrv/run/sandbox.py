@@ -52,6 +52,14 @@ class Policy(Frozen):
     """A profile resolved for one call: concrete paths, environment, network rules."""
     FIELDS = ("paths", "env", "network", "bind_tcp", "connect_tcp", "best_effort", "skipped",
               "fixed")
+    paths: tuple[tuple[str, str], ...]
+    env: dict[str, str]
+    network: str
+    bind_tcp: tuple[int, ...]
+    connect_tcp: tuple[int, ...]
+    best_effort: bool
+    skipped: tuple[str, ...]
+    fixed: int
 
     def __init__(self, paths: tuple[tuple[str, str], ...], env: dict[str, str], network: str,
                  bind_tcp: tuple[int, ...], connect_tcp: tuple[int, ...], best_effort: bool,
@@ -71,6 +79,17 @@ class Profile(Frozen):
     """A validated sandbox profile; paths and env values may still hold placeholders."""
     FIELDS = ("name", "source", "filesystem", "env", "unrestricted_network", "network_enabled",
               "bind_tcp", "connect_tcp", "best_effort", "timeout", "toolsrv")
+    name: str
+    source: str | None
+    filesystem: Mapping[str, tuple[str, ...]]
+    env: tuple[str, ...]
+    unrestricted_network: bool
+    network_enabled: bool
+    bind_tcp: tuple[int, ...]
+    connect_tcp: tuple[int, ...]
+    best_effort: bool
+    timeout: float | None
+    toolsrv: bool
 
     def __init__(self, name: str, source: str | None = None,
                  filesystem: Mapping[str, tuple[str, ...]] | None = None,
@@ -325,6 +344,8 @@ def _load_file(path: str, name: str, _mtime: int, _size: int) -> Profile:
 class LandlockStatus(Frozen):
     """What this kernel's Landlock can enforce; str() is a one-line log summary."""
     FIELDS = ("abi", "reason")
+    abi: int
+    reason: str | None
 
     def __init__(self, abi: int, reason: str | None = None) -> None:
         setfield(self, "abi", abi)

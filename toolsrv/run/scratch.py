@@ -12,6 +12,7 @@ import os
 import threading
 import itertools
 import collections
+from typing import Any
 
 from toolsrv.dirs.serverdir import ServerDir
 from toolsrv.dirs.trusted import Dir, open_dir
@@ -119,8 +120,8 @@ class Scratch:
         while len(self.ready) < self.ahead:
             self.ready.append(self._make())
 
-    def _track(self, fut: asyncio.Future[None]) -> None:
-        def done(f: asyncio.Future[None]) -> None:
+    def _track(self, fut: asyncio.Future[Any]) -> None:
+        def done(f: asyncio.Future[Any]) -> None:
             self.pending.discard(f)
             if not f.cancelled():
                 f.exception()  # retrieved: a failed removal is not worth a warning

@@ -17,9 +17,13 @@ SERVICE = "toolsrv"
 
 class Addr(Frozen):
     FIELDS = ("kind", "path", "host", "port")
+    kind: str                                   # "unix", "tcp" or "tls" (TCP with TLS)
+    path: str
+    host: str
+    port: int
 
     def __init__(self, kind: str, path: str = "", host: str = "", port: int = 0) -> None:
-        setfield(self, "kind", kind)            # "unix", "tcp" or "tls" (TCP with TLS)
+        setfield(self, "kind", kind)
         setfield(self, "path", path)
         setfield(self, "host", host)
         setfield(self, "port", port)

@@ -38,7 +38,7 @@ FRAMES = 4          # frames of the loop's stack a stall's line shows, innermost
 
 def where(frame: Any) -> str:
     """A stack in one line: `fn (file.py:12) < caller (other.py:40) < ...`."""
-    out = []
+    out: list[str] = []
     while frame is not None and len(out) < FRAMES:
         code = frame.f_code
         out.append(f"{code.co_name} ({os.path.basename(code.co_filename)}:{frame.f_lineno})")

@@ -166,7 +166,7 @@ class NinePProtocol(asyncio.Protocol):
         why = self.gate.admit(self.peer) if self.gate else None
         if why:
             log.warning("%s: refused %s: %s", name, self.peer, why)
-            if self.gate.on_refuse is not None:
+            if self.gate and self.gate.on_refuse is not None:
                 self.gate.on_refuse(self.peer, why)
             self.refused, self.name = why, name
             self.refused_buf = bytearray()

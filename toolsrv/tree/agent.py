@@ -224,7 +224,7 @@ class CallFile(Node):
                     raise
                 answered(fid, offset + got)
                 return got
-            return later()  # type: ignore[return-value]
+            return later()
         answered(fid, offset + n)
         return n
 

@@ -63,6 +63,10 @@ from toolsrv.run.init.reap import reap_until
 from toolsrv.run.kernel.rules import RuleCache
 from toolsrv.run.kernel.seccomp import Filter
 
+TYPE_CHECKING = False   # an init does not import typing (its cost at start); mypy reads True
+if TYPE_CHECKING:
+    from typing import Any
+
 MAX_FDS = 8
 # the report when neither the standby nor a child forked then could be handed the call
 NO_CHILD = json.dumps("warm: the run's child could not be handed its call (its standby and "
@@ -303,22 +307,22 @@ def serve(sock_fd: int, keep: set[str], path: list[str]) -> Run:
                     _end(pid)
                 # it died waiting (killed?): a child forked now takes the call
                 chan.close()
-                got = _standby(sock, buf, filt, keep, path) if not retry else None
-                if isinstance(got, Run):
-                    return got
-                if got is None:
+                again = _standby(sock, buf, filt, keep, path) if not retry else None
+                if isinstance(again, Run):
+                    return again
+                if again is None:
                     pid = -1
                     break
-                pid, chan = got
+                pid, chan = again
         chan.close()
         buf[:size] = bytes(size)  # ours is cleared; the child has its copy
         for fd in (*fds, ruleset, err_w):
             if fd >= 0:
                 os.close(fd)
         status = reap_until(pid, True) if pid > 0 else 0  # always a namespace's pid 1
-        why = os.read(err_r, 65536) if pid > 0 else NO_CHILD
+        report = os.read(err_r, 65536) if pid > 0 else NO_CHILD
         os.close(err_r)
-        sock.send(b"E" + why if why else b"S%d" % status)
+        sock.send(b"E" + report if report else b"S%d" % status)
 
 
 def _end(pid: int) -> None:
@@ -465,7 +469,7 @@ def _realpath(path: str) -> str:
 
 def _user_site() -> None:
     """The user site directory follows $HOME, which is the call's (BOOT ran without)."""
-    site = sys.modules.get("site")
+    site: Any = sys.modules.get("site")    # its globals are set: not in ModuleType's type
     if site is None:
         return
     site.USER_BASE = site.USER_SITE = None
@@ -520,13 +524,13 @@ def _stdio(fd: int, name: str, old: object) -> object:
     (PYTHONUNBUFFERED), then line-buffered when a tty and for stderr."""
     write = fd != 0
     buffered = not (write and isinstance(getattr(old, "buffer", None), io.FileIO))
-    buf = io.open(fd, "wb" if write else "rb", buffering=-1 if buffered else 0,
-                  closefd=False)
+    buf: Any = io.open(fd, "wb" if write else "rb", buffering=-1 if buffered else 0,
+                       closefd=False)    # a Buffered{Reader,Writer}, or a FileIO unbuffered
     raw = buf.raw if buffered else buf
     raw.name = f"<{name}>"
     line = buffered and (raw.isatty() or fd == 2)
     stream = io.TextIOWrapper(buf, encoding=getattr(old, "encoding", None),
                               errors=getattr(old, "errors", None), newline="\n",
                               line_buffering=line, write_through=not buffered)
-    stream.mode = "w" if write else "r"
+    stream.mode = "w" if write else "r"  # type: ignore[misc]  # writable, as create_stdio sets it
     return stream

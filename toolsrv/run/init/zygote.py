@@ -87,14 +87,14 @@ class Zygote:
         # A root server's tools' uid: an init switches to it, so try that once now (cheap:
         # one fork of this small process), as the server says at start what it could not get.
         self.uid_switch = runinit.probe_uid(*idmap) if idmap else None
-        userns = -1
+        userns_fd = -1
         if idmap:  # a root server's tools' uid: the user namespace of its idmapped mounts
             try:
-                userns = make_userns(*idmap)
+                userns_fd = make_userns(*idmap)
                 self.idmap_why = f"uid 0 <-> {idmap[0]}"
             except OSError as e:
                 self.idmap_why = f"unavailable ({e.strerror or e})"
-        self.ctx = runinit.Context(self.pidns, netns, Filter(), userns)
+        self.ctx = runinit.Context(self.pidns, netns, Filter(), userns_fd)
         if not in_pidns:
             _call("prctl", PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 

@@ -37,6 +37,8 @@ import errno
 import os
 import stat
 import time
+from collections.abc import Set
+from typing import Any
 
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x4000, 0x40000, 0x2, 0x4, 0x8
@@ -81,7 +83,7 @@ class Planner:
         self._verdicts: dict[tuple[str, str], tuple[float, tuple | None]] = {}
         self._plans: dict[tuple, tuple[float, dict | None]] = {}  # by the whole grant list
 
-    def plan(self, paths: list[tuple[str, str]], fresh: set[str] = frozenset()) -> dict | None:
+    def plan(self, paths: list[tuple[str, str]], fresh: Set[str] = frozenset()) -> dict | None:
         """The mounts a run needs ({"grants": [[path, writable, isdir, mapped]...],
         "covers": [dir...]}), or None when the uid reaches every grant already.
 
@@ -101,7 +103,7 @@ class Planner:
             self._plans[key] = (now, plan)
         return plan
 
-    def _plan(self, paths: list[tuple[str, str]], fresh: set[str], now: float
+    def _plan(self, paths: list[tuple[str, str]], fresh: Set[str], now: float
               ) -> dict | None:
         found: list[tuple[str, str, bool, bool, str | None]] = []
         for path, access in paths:
@@ -117,9 +119,9 @@ class Planner:
             return None
         granted = {real for real, *_ in found}
         covers = sorted({c for *_, c in found if c is not None and c not in granted})
-        grants = [[real, access in ("rw", "rwx"), isdir, mapped]
-                  for real, access, isdir, mapped, cover in found
-                  if mapped or any(_under(real, c) for c in covers)]
+        grants: list[list[Any]] = [[real, access in ("rw", "rwx"), isdir, mapped]
+                                   for real, access, isdir, mapped, cover in found
+                                   if mapped or any(_under(real, c) for c in covers)]
         if not grants:
             return None
         grants.sort(key=lambda g: (g[0].count("/"), g[0]))
@@ -233,7 +235,7 @@ def _sys(nr: int, *args: object) -> int:
     return ret
 
 
-def apply(plan: dict, userns: int, uid: int) -> None:
+def apply(plan: dict, userns: int, uid: int | None) -> None:
     """In the run's init, still root: a private mount namespace with the plan mounted."""
     open_tree, move_mount, mount_setattr = _SYS.get(os.uname().machine, (428, 429, 442))
     if _libc.unshare(CLONE_NEWNS) or _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None):

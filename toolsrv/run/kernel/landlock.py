@@ -179,9 +179,9 @@ class PathCache:
         """Add a rule per existing path; return the paths that do not exist."""
         if self._ready:
             if self.watch is not None and self.watch.unchanged():
-                for key, mask, addrs, skipped in self._ready:
+                for key, mask, kept, skipped in self._ready:
                     if mask == fs_mask and key == paths:
-                        for addr in addrs:
+                        for addr in kept:
                             if _add_rule(SYS_ADD_RULE, ruleset_fd, RULE_PATH_BENEATH, addr,
                                          0) < 0:
                                 _check(-1, "landlock_add_rule (a cached path)")

@@ -25,8 +25,8 @@ class RuleCache:
         """The run's ruleset fd from the request's rules (fixed paths by reference)."""
         ref = tuple(rules["fixed"]) if "fixed" in rules else None
         if ref is not None and "fixed_paths" in rules:
-            self.fixed[ref] = [(p, a) for p, a in rules["fixed_paths"]]  # type: ignore[index]
-        fixed = self.fixed.get(ref, []) if ref is not None else []  # type: ignore[arg-type]
+            self.fixed[ref] = [(p, a) for p, a in rules["fixed_paths"]]
+        fixed = self.fixed.get(ref, []) if ref is not None else []
         if ref is not None and ref not in self.fixed:
             raise OSError(errno.EINVAL, f"landlock: unknown fixed path list {ref}")
         if self.cache is None:

@@ -235,7 +235,7 @@ class Calls:
                 fn()
             raise
         self.latest(a)[tool_name] = c
-        child = f" (child of {parent.tool})" if c.parent is not None else ""
+        child = f" (child of {c.parent.tool})" if c.parent is not None else ""
         context = "".join(f" {'for' if k == 'principal' else 'trace'} {v}"
                           for k, v in sorted(c.meta.items()))
         a.note(f"call {tool_name}{child} {_clip(text)}{' elevated' if elevated else ''}"

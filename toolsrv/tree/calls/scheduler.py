@@ -80,6 +80,7 @@ class Call(Plain):
         self.heir: Any = None   # on this connection (None: any)
         self.live: Live | None = None   # its output so far while it runs (run/live.py)
         self.meta: dict[str, str] = {}  # its context: principal, traceparent (take_meta)
+        self.principal: dict | None = None  # who wrote it (tree/agent.py), for its audit
         self.parent: Call | None = None     # the running call that wrote it (nested.py)
         self.children: list[Call] = []      # its own nested calls not yet ended
         self.turn: asyncio.Lock | None = None   # its children's turns, while it holds one
@@ -343,7 +344,7 @@ class Scheduler:
                 call.started = time.monotonic()
                 call.deadline = call.started + seconds
                 call.live = req.context["live"] = call.live or Live()
-                how = COLD
+                how: str | None = COLD
                 if getattr(tool, "resident", None):
                     how = await self.residents.run(call, tool, req)
                     if how is None:            # it set the outcome

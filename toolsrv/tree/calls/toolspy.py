@@ -66,8 +66,8 @@ def _annotation(prop: Any) -> str:
 
 def function(entry: dict, name: str, structured: bool) -> str:
     """The function of one tool (an entry of Calls.schemas), as `name`."""
-    schema = entry.get("parameters") if isinstance(entry.get("parameters"), dict) else {}
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    schema = got if isinstance(got := entry.get("parameters"), dict) else {}
+    props = pgot if isinstance(pgot := schema.get("properties"), dict) else {}
     required = [p for p in schema.get("required") or [] if p in props]
     taken: set[str] = set()
     params, pairs = [], []

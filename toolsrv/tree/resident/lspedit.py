@@ -174,9 +174,10 @@ def _plan(docs: list[tuple[str, Doc, list[Any]]]
     return out
 
 
-def _edits(edit: Any) -> dict[str, list[dict[str, Any]]]:
-    """A WorkspaceEdit as {uri: [TextEdit]}; ToolError for file operations."""
-    out: dict[str, list[dict[str, Any]]] = {}
+def _edits(edit: Any) -> dict[Any, list[dict[str, Any]]]:
+    """A WorkspaceEdit as {uri: [TextEdit]}, each uri as the server sent it (rename checks
+    it is a string); ToolError for file operations."""
+    out: dict[Any, list[dict[str, Any]]] = {}
     if not isinstance(edit, dict):
         return out
     for ch in edit.get("documentChanges") or []:

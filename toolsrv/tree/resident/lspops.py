@@ -282,7 +282,7 @@ async def location_lines(ctx: Ctx, locs: list[tuple[str, dict[str, Any]]],
     at most MAX_ROWS, and a last line saying how many more there were."""
     keys = set()
     for i, (uri, rng) in enumerate(locs):
-        start = rng.get("start")
+        start: Any = rng.get("start")   # not a dict: TypeError, below
         try:
             n0, units = int(start["line"]), int(start["character"])
         except (TypeError, KeyError, ValueError):
@@ -400,14 +400,14 @@ async def diagnostics(ctx: Ctx) -> str:
     rows, cut = [], []
     for p in paths:
         uri = path_uri(p)
-        doc, pushed = c.docs.get(uri), c.diagnostics.get(uri)
-        if doc is None or pushed is None:
+        kept, pushed = c.docs.get(uri), c.diagnostics.get(uri)
+        if kept is None or pushed is None:
             continue
         if pushed.dropped:
             cut.append(f"[lsp_diagnostics: {pushed.dropped} more diagnostics of "
                        f"{ctx.rel(p)} not kept (limit {lspproto.MAX_DIAGNOSTICS})]")
         for d in pushed.items:
-            line, col = doc.from_wire(d["start"])
+            line, col = kept.from_wire(d["start"])
             sev = d["severity"]
             sev = SEVERITY[sev] if isinstance(sev, int) and 0 < sev < 5 else "error"
             src = f" [{d['source']}]" if d["source"] else ""

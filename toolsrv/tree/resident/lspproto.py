@@ -77,7 +77,7 @@ class Deframer:
 
     def feed(self, data: bytes) -> list[Any]:
         self.buf += data
-        out = []
+        out: list[Any] = []
         while True:
             end = self.buf.find(b"\r\n\r\n")
             if end < 0:
@@ -114,7 +114,8 @@ def split_lines(text: str) -> list[str]:
     """text.split("\n"), about SPLIT characters at a time: in a worker thread the loop
     gets its turns between the pieces (one split of 8 MiB of short lines holds the GIL
     for a third of a second)."""
-    out, at = [], 0
+    out: list[str] = []
+    at = 0
     while True:
         end = text.find("\n", at + SPLIT) if len(text) - at > SPLIT else -1
         if end < 0:

@@ -65,9 +65,9 @@ RAN, COLD = "ran", "cold"   # what Residents.run leaves to its caller
 
 
 class Entry(Plain):
-    """One resident process slot of an agent: the process (if up) and its history."""
-    FIELDS = ("key", "protocol", "idle", "agent", "name", "proc", "client", "where", "fails",
-              "next_try", "stopped", "timer", "lock", "users", "said")
+    """One resident process slot of an agent: the process (if up) and its history.  Its
+    fields are what it is made with; the rest is its state, kept out of its repr."""
+    FIELDS = ("key", "protocol", "idle", "agent", "name")
 
     def __init__(self, key: tuple, protocol: str, idle: float, agent: Any = None,
                  name: str = "") -> None:
@@ -77,7 +77,7 @@ class Entry(Plain):
         self.protocol = protocol
         self.idle = idle
         self.proc: resident.Process | None = None
-        self.client: mcpproto.Client | None = None
+        self.client: mcpproto.Client | lspproto.Client | None = None
         self.where: tuple = ()          # (cwd, Profile, command) it was started with
         self.fails = 0                  # failed starts in a row
         self.next_try = 0.0             # monotonic time before which no start is tried
@@ -173,6 +173,7 @@ class Residents:
         """Run `call` on its resident process.  None: its result, state and reason are set;
         RAN: its result is set as a cold run's would be, for the caller's outcome(); COLD:
         a resident process cannot run it as a cold run would, so the caller runs it cold."""
+        job: tuple[str, list[str], str] | tuple[()]    # pyrun.job's, or none
         if tool.resident["protocol"] != "python":
             e, job = self.entry(call.agent, tool), ()
         else:               # the call's script, once: it also says which interpreter
@@ -218,7 +219,7 @@ class Residents:
         # the profile itself, not its name: an edit that revokes a grant ends the process
         # before its next call (load_profile reads a profile again once it changed)
         stamp = call.secrets.stamp() if call.secrets else None
-        where = (req.cwd, req.profile, e.key if job else tuple(req.argv), stamp)
+        where: tuple = (req.cwd, req.profile, e.key if job else tuple(req.argv), stamp)
         if e.protocol == "lsp":          # a profile the tool names (lsp) replaces the
             where += (call.agent.session.sandbox,)    # session's; its change restarts too
         if e.proc is not None and (not e.proc.alive or e.where != where):
@@ -337,7 +338,7 @@ class Residents:
 
     async def _mcp_call(self, e: Entry, tool: Any, call: Any, timeout: float) -> resident.Reply:
         client, proc = e.client, e.proc
-        assert client is not None and proc is not None
+        assert isinstance(client, mcpproto.Client) and proc is not None
         name = tool.resident["tool"]
 
         async def one() -> tuple[str | None, str | None]:
@@ -408,7 +409,7 @@ class Residents:
         if proc is None:
             return
         self._note(e, f"stopped: {why}")
-        if mcp_grace and client is not None and proc.alive:
+        if mcp_grace and isinstance(client, mcpproto.Client) and proc.alive:
             client.cancelled()
             self.dying.add(proc)
             asyncio.get_running_loop().call_later(GRACE, self._kill_dying, proc)

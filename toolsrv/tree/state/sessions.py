@@ -233,7 +233,7 @@ class SessionStore:
         self.max_agents = max_agents
         self.sessions: dict[str, Session] = {}
         self.save_error: str | None = None
-        self.on_remove_agent: list[Callable[[Agent], None]] = []
+        self.on_remove_agent: list[Callable[[Agent], object]] = []
         self.on_remove_session: list[Callable[[Session], None]] = []   # after its agents'
         self.mtime = int(time.time())
         self._encoded: dict[str, tuple[Session, bytes]] = {}   # see _encode
@@ -537,7 +537,7 @@ class SessionStore:
         names removed."""
         if not self.state_dir:
             return []
-        gone = []
+        gone: list[str] = []
         try:
             names = os.listdir(self.state_dir)
         except OSError:
