@@ -1,37 +1,35 @@
 """The 9P2000 server core, cut like plan9port's lib9p srv.c.
 
-`Conn.receive(msg)` is the one entry point for a decoded T-message.  It runs
-every precondition check in one place (version negotiated, duplicate tag,
-unknown fid, fid in use, walk from an open fid, open mode against the file's
-permissions, directory-read offsets, write counts) and then a small handler per
-message type.  A frame the codec could read but whose content is illegal (a
-name not UTF-8 or holding NUL, a wstat's Dir that does not fill its stat[n])
-arrives as a proto.Malformed and is answered with Rerror like any failed
-request (`illegal file name`, `bad directory in wstat`); only a frame whose
-framing is broken closes the connection (transport.py).
+Theory of operation.  `Conn.receive(msg)` is the one entry point for a decoded
+T-message.  It runs every precondition check in one place (version negotiated,
+duplicate tag, unknown fid, fid in use, walk from an open fid, open mode against the
+file's permissions, directory-read offsets, write counts), then a small handler per
+message type calls the node (tree/node.py's contract says what was checked for each).
 
-A handler returns the reply, or a `Later` when its node's answer comes later
-(`_reply`: tree/node.py's contract): an awaitable runs as a task keyed by its tag,
-a `Pending` (a call's result) is answered the moment it is given, with no task, so
-one blocking read never stalls the connection.  A connection may carry
-a guard (ServerConfig.guard) that scopes what it may walk to, write, create and
-remove; its directory reads list only what it may walk to.  The connection a
-tool gets through the client9p profile is scoped to its agent.
+Errors.  A handler that raises P9Error answers Rerror with that string; any other
+exception answers a short Rerror and is logged: the connection keeps serving.  A frame
+whose content is illegal (a name not UTF-8 or holding NUL, a wstat's Dir that does not
+fill its stat[n]) arrives as a proto.Malformed, answered like any failed request
+(`illegal file name`, `bad directory in wstat`); only broken framing closes the
+connection (transport.py).
 
-Every request ends through `_respond`, which frees the tag, writes the reply
-and then any Rflush waiting on it.  Tflush cancels the flushed task; the
-cancelled request answers `interrupted` and its Rflush follows.  A request
-whose change already took effect and only waits for its save (a tree
-`Committed`: Tcreate and Tremove of a session or agent, the Twrite of ctl, cwd,
-sandbox)
-is not cancelled: its real reply goes out, then the Rflush (flush(5); lib9p
-does the same).  A handler that raises P9Error answers Rerror with that
-string; any other exception answers a short Rerror and is logged — the
-connection keeps serving.  A successful Tversion mid-connection and hang-up
-both abort every request (their replies are dropped; a Committed's save still
-ends) and clunk every fid; a failed Tversion changes nothing.
-"""
-from __future__ import annotations
+Answers that wait.  A handler returns the reply, or a `Later` when its node's answer
+comes later (`_reply`): an awaitable runs as a task keyed by its tag, a `Pending` (a
+call's result) is answered the moment it is given, with no task; so one blocking read
+never stalls the connection.
+
+Respond and flush.  Every request ends through `_respond`: it frees the tag, writes the
+reply, then any Rflush waiting on it.  Tflush cancels the flushed task, which answers
+`interrupted`; its Rflush follows.  A `Committed` (a change made that only waits for
+its save: Tcreate and Tremove of a session or agent, the Twrite of ctl, cwd, sandbox)
+is never cancelled: its real reply goes out, then the Rflush (flush(5), as lib9p).
+
+Scope and lifecycle.  A connection may carry a guard (ServerConfig.guard) that scopes
+what it may walk to, write, create and remove, and so what its directory reads list
+(a tool's client9p connection is scoped to its agent).  A successful Tversion and a
+hang-up abort every request (replies dropped; a Committed's save still ends) and clunk
+every fid; a failed Tversion changes nothing.
+"""from __future__ import annotations
 
 import asyncio
 import inspect

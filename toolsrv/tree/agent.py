@@ -1,32 +1,33 @@
-"""An agent's files: ctl, log, schemas and tools/<tool>/{call,out,err,status}.
+"""An agent's files: ctl, log, schemas, tools.py, search and tools/<tool>/{call,out,err,status}.
 
-Everything that can fail does so on the Twrite (9pfuse drops clunk errors):
-a ctl line runs on the write that completes it, and a call's JSON is
-validated and started on the write that completes it.  JSON still incomplete
-after a Twrite that ends a line and is shorter than CHUNK_WAIT (a whole
-write(2): 9pfuse sends longer ones in 4 KiB pieces) fails on that Twrite:
-`echo '{"a": ' > call` is an error the shell sees; only a value left
-incomplete without a newline is reported at close, in status and log.  Every
-error is in the agent's log whole (P9Error.full), the Rerror's cut aside.  A read of `call` on
-the fid that wrote waits for the end of that call (a Later the server can
-flush: flushing it kills the run); a fid that wrote nothing reads end of file
-at once, as plan9port's `9p rdwr` needs, but a read on a fid whose writes hold
-JSON still incomplete (or nothing: an empty Twrite) fails with `invalid args:
-incomplete JSON: …`, in log too, never an empty success; the bytes stay, so a
-next write may still complete them (plan9port's `9p rdwr` reads after each line).  Reads of ctl and call slice a
-per-fid snapshot of the answer by offset (tree.answer_read: it starts at 0, or
-where the fid's writes ended, as a descriptor's reads after its writes come).
-`out` and `err` are the latest call's streams.  Each call hands them to one reader, the
-first read at offset 0 of either that comes from the connection that wrote the call while
-the writing fid is open (a front reads a remote's `err` beside its `call`), or from any
-connection once that fid was clunked without reading `call` (`echo … > call`, `9p write`):
-that read waits for the end of the call.  Every other read of `out` or `err`
+Errors on the write.  Everything that can fail does so on the Twrite (9pfuse drops clunk
+errors): a ctl line runs on the write that completes it, and a call's JSON is validated
+and started on the write that completes it.  JSON still incomplete after a Twrite that
+ends a line and is shorter than CHUNK_WAIT (a whole write(2): 9pfuse sends longer ones
+in 4 KiB pieces) fails on that Twrite: `echo '{"a": ' > call` is an error the shell
+sees; only a value left incomplete without a newline is reported at close, in status
+and log.  Every error is in the agent's log whole (P9Error.full), the Rerror's cut aside.
+
+Reading call.  A read of `call` on the fid that wrote waits for the end of that call (a
+Pending the server can flush: flushing it kills the run); a fid that wrote nothing reads
+end of file at once, as plan9port's `9p rdwr` needs.  A read on a fid whose writes hold
+JSON still incomplete (or nothing: an empty Twrite) fails with `invalid args: incomplete
+JSON: …`, in log too, never an empty success; the bytes stay, so a next write may still
+complete them (`9p rdwr` reads after each line).  Reads of ctl and call slice a per-fid
+snapshot of the answer by offset (node.answer_read: it starts at 0, or where the fid's
+writes ended, as a descriptor's reads after its writes come).  The call file keeps what
+it knows of a fid in a CallFid.
+
+out and err.  They are the latest call's streams.  Each call hands them to one reader:
+the first read at offset 0 of either from the connection that wrote the call while the
+writing fid is open (a front reads a remote's `err` beside its `call`), or from any
+connection once that fid was clunked without reading `call` (`echo … > call`, `9p
+write`); that read waits for the end of the call.  Every other read of `out` or `err`
 answers at once with what the stream holds (nothing while the call runs), so a program
 that reads the whole tree (`grep -r`, `find -exec cat`, a backup) never waits on a call
 it was not handed.  A waiting reader ends with the call: `cancel TOOL` on ctl, or its
 time limit.  `status` never waits.
-"""
-from __future__ import annotations
+"""from __future__ import annotations
 
 import inspect
 

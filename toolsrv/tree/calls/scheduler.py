@@ -1,27 +1,26 @@
 """Tool calls: scheduling, the run itself, and what a call leaves behind.
 
-A `Call` is created when a `call` fid's JSON is complete and valid.  It is
-run by a task of its own, independent of the fid and the connection that
-wrote it (9pfuse clunks at once; `9p write` hangs up at once), and ends in
-the tool's latest `out`, `err` and `status`.
+A call.  A `Call` is made when a `call` fid's JSON is complete and valid.  It runs in a
+task of its own, independent of the fid and the connection that wrote it (9pfuse clunks
+at once; `9p write` hangs up at once), and ends in the tool's latest `out`, `err` and
+`status`.  Its state is one of states.py's.
 
-Scheduling: calls of `readOnly` tools run as soon as a run slot is free for
-them; other calls of one agent also take the agent's lock, so they run one
-at a time in the order they were written (asyncio.Lock is FIFO).  Slots are
-shared fairly (slots.py): a session, and an agent within it, holds at most
-its share, and a freed slot goes to the waiting call whose session holds the
-fewest.  A call written through the connection of a running call is its child
-(nested.py): it takes its turn and its slot under its parent's, never waiting for what
-an ancestor holds, and ends with it.  A call waiting for a slot or the lock is `queued`.
-Killing (flush of the reading fid, `cancel`,
-`tool_unload`, removal of the agent or session, shutdown) cancels the task,
-and the runner kills the run's whole PID namespace (SIGKILL to its init) before the task
-ends.  A call
-ended that way is over, not interrupted: its readers get `cancelled (input/output
-error)`, EIO through 9pfuse, which no program retries; `interrupted` (EINTR) is
-only ever the answer to the flushed request itself (server.py).
-"""
-from __future__ import annotations
+Scheduling.  Calls of `readOnly` tools run as soon as a run slot is free for them; other
+calls of one agent also take the agent's lock, so they run one at a time in the order
+they were written (asyncio.Lock is FIFO).  Slots are shared fairly (slots.py): a
+session, and an agent within it, holds at most its share, and a freed slot goes to the
+waiting call whose session holds the fewest.  A call written through the connection of
+a running call is its child (nested.py): it takes its turn and its slot under its
+parent's, never waiting for what an ancestor holds, and ends with it.  A call waiting
+for a slot or the lock is `queued`.
+
+Killing.  A flush of the reading fid, `cancel`, `tool_unload`, the removal of the agent
+or session, and shutdown cancel the task, and the runner kills the run's whole PID
+namespace (SIGKILL to its init) before the task ends.  A call ended that way is over,
+not interrupted: its readers get `cancelled (input/output error)`, EIO through 9pfuse,
+which no program retries; `interrupted` (EINTR) is only ever the answer to the flushed
+request itself (server.py).
+"""from __future__ import annotations
 
 import asyncio
 import json
