@@ -29,7 +29,8 @@ what it may walk to, write, create and remove, and so what its directory reads l
 (a tool's client9p connection is scoped to its agent).  A successful Tversion and a
 hang-up abort every request (replies dropped; a Committed's save still ends) and clunk
 every fid; a failed Tversion changes nothing.
-"""from __future__ import annotations
+"""
+from __future__ import annotations
 
 import asyncio
 import inspect

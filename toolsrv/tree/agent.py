@@ -27,7 +27,8 @@ answers at once with what the stream holds (nothing while the call runs), so a p
 that reads the whole tree (`grep -r`, `find -exec cat`, a backup) never waits on a call
 it was not handed.  A waiting reader ends with the call: `cancel TOOL` on ctl, or its
 time limit.  `status` never waits.
-"""from __future__ import annotations
+"""
+from __future__ import annotations
 
 import inspect
 

@@ -20,7 +20,8 @@ namespace (SIGKILL to its init) before the task ends.  A call ended that way is 
 not interrupted: its readers get `cancelled (input/output error)`, EIO through 9pfuse,
 which no program retries; `interrupted` (EINTR) is only ever the answer to the flushed
 request itself (server.py).
-"""from __future__ import annotations
+"""
+from __future__ import annotations
 
 import asyncio
 import json
