@@ -24,7 +24,8 @@ does is what an agent does with `rdwr`:
              files vanished (the session removed, a server restarted without state) is
              made again once and the call retried.
   cancel     the task awaiting the read is cancelled: ninep.py flushes the Tread, and
-             toolsrv kills the run's process group (toolsrv(4), Calls).
+             toolsrv kills the run, every process of its PID namespace (toolsrv(4),
+             Calls; doc/sandbox.md).
   watch      an rdwr of `revwait` with the revision last seen, forever: each answer that
              differs invalidates the listing and calls `changed()`.
   search     `--search` lists two tools instead of the registry: search_tools writes the

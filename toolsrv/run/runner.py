@@ -73,7 +73,7 @@ class RunnerConfig(Record):
         self.bypass_socket = bypass_socket  # the approval broker's socket (unset: the
         # server's $OLLIE_BYPASS_SOCKET); the server's alone, never in a tool's environment
         self.namespaces = namespaces    # PID/network namespaces where the kernel allows;
-                                        # False: process groups
+                                        # False: none (subreapers end a run)
         # A cgroup per run where one may be made: {"pids": N, "memory": bytes} bound the
         # run as a whole ({"cgroups": False}: none); see toolsrv/run/kernel/cgroups.py.
         self.run_limits = dict(DEFAULT_RUN_LIMITS) if run_limits is None else run_limits

@@ -348,7 +348,7 @@ def _enter_pid_namespace(sock_fd: int) -> str:
 
 def main(argv: list[str]) -> None:
     """Entry point: argv = [control socket fd, server pid, options as JSON]; options are
-    {"rlimits": {name: [soft, hard]}, "namespaces": bool (false: process groups only),
+    {"rlimits": {name: [soft, hard]}, "namespaces": bool (false: none, subreapers only),
     "groups": RunGroups.options() (where per-run cgroups go, and their limits)}."""
     sock_fd, parent, opts = int(argv[0]), int(argv[1]), json.loads(argv[2])
     limits, namespaces = opts["rlimits"], opts["namespaces"]

@@ -16,7 +16,8 @@ for a slot or the lock is `queued`.
 
 Killing.  A flush of the reading fid, `cancel`, `tool_unload`, the removal of the agent
 or session, and shutdown cancel the task, and the runner kills the run's whole PID
-namespace (SIGKILL to its init) before the task ends.  A call ended that way is over,
+namespace (SIGKILL to its init; without PID namespaces, a subreaper kills its orphans:
+doc/sandbox.md) before the task ends.  A call ended that way is over,
 not interrupted: its readers get `cancelled (input/output error)`, EIO through 9pfuse,
 which no program retries; `interrupted` (EINTR) is only ever the answer to the flushed
 request itself (server.py).
