@@ -83,7 +83,9 @@ class BlockFile(Node):
 
 def operator(who: dict | None) -> bool:
     """A writer of /block: a Unix peer of our uid or root, not a tool's connection."""
-    return bool(who) and who.get("kind") == "unix" and not who.get("via") \
+    if not who:
+        return False
+    return who.get("kind") == "unix" and not who.get("via") \
         and who.get("uid") in (os.geteuid(), 0)
 
 

@@ -40,6 +40,7 @@ from .rules import PolicyError, Rules, parse
 log = logging.getLogger("toolsrv.policy")
 
 MAX_FILE = 1 << 20
+MAX_VERDICTS = 1 << 16      # (principal, tool) verdicts kept; past it, worked out afresh
 EPOLICY = "permission denied: policy "
 
 
@@ -67,6 +68,7 @@ class PolicyGate:
         self.broker: str | None = None    # the approval broker's socket (confirm)
         self.approval_timeout = 60.0
         self._follower: Any = None
+        self._verdicts: dict[tuple[str, str], Any] = {}   # (who, tool) -> (rule, verdict)
 
     @property
     def active(self) -> bool:
@@ -105,6 +107,7 @@ class PolicyGate:
             return self._broken(str(e) if isinstance(e, PolicyError) else
                                 f"{self.path}: {e.strerror or e}")
         self.rules, self.error = rules, ""
+        self._verdicts.clear()
         self.read_at = time.strftime("%Y-%m-%d %H:%M:%S")
         self.revision += 1
         # a window whose limit moved is dropped: the new limit starts a fresh one
@@ -235,8 +238,13 @@ class PolicyGate:
                                   f" (toolsrv unblock {word} lifts it)"))
         if self.rules is None:
             return None
-        rule = self.rules.rule(who)
-        v = rule.verdict(tool)
+        got = self._verdicts.get((who, tool))
+        if got is None:              # globs matched once per principal and tool (O(1) after)
+            if len(self._verdicts) >= MAX_VERDICTS:
+                self._verdicts.clear()
+            rule = self.rules.rule(who)
+            got = self._verdicts[(who, tool)] = (rule, rule.verdict(tool))
+        rule, v = got
         if v is None:
             return None
         kind, glob = v

@@ -58,16 +58,23 @@ def claimed(said: Any, p: dict | None) -> str | None:
 def name_of(fid: Any, args: Any = None) -> str:
     """Whom a write through `fid` is for: the parent call's principal on a tool's own
     connection (rule 2), else the claim in `args` (rule 1), else the peer."""
-    guard = getattr(getattr(getattr(fid, "conn", None), "config", None), "guard", None)
+    conn = getattr(fid, "conn", None)
+    guard = getattr(getattr(conn, "config", None), "guard", None)
     if guard is not None:
         who = getattr(getattr(guard, "parent", None), "who", None)
         if who:
             return who
-    p = principal(fid)
     if isinstance(args, dict):
         meta = args.get("_meta")
-        if isinstance(meta, dict):
-            got = claimed(meta.get("principal"), p)
+        if isinstance(meta, dict) and meta.get("principal"):
+            got = claimed(meta.get("principal"), principal(fid))
             if got:
                 return got
-    return peer_name(p)
+    name = getattr(conn, "policy_name", None)   # a connection's peer never changes: its
+    if name is None:                            # name is worked out once
+        name = peer_name(principal(fid))
+        try:
+            conn.policy_name = name
+        except AttributeError:                  # a connection that keeps nothing
+            pass
+    return name
