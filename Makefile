@@ -17,7 +17,7 @@ EDITABLE := --config-settings editable_mode=strict
 MODULES := $(sort $(shell find toolsrv proto -name '*.py'))
 MODLIST := build/.modules
 
-.PHONY: run test test-slow deploy-check image bench clean man FORCE
+.PHONY: run test typecheck test-slow deploy-check image bench clean man FORCE
 .DEFAULT_GOAL := $(STAMP)
 
 $(MODLIST): FORCE
@@ -39,11 +39,16 @@ $(STAMP): setup.cfg pyproject.toml $(MODLIST) $(MAN)
 run: $(STAMP)
 	$(BIN)/toolsrv serve $(ARGS)
 
-# The whole suite, then the deployment check (the wheel installed in a fresh venv and run
-# from elsewhere: tests/deploy/check.sh); a run of chosen tests (ARGS=...) skips the check.
-test: $(STAMP)
+# The type checker (mypy, setup.cfg's [mypy]: the package, zero errors), the whole suite,
+# then the deployment check (the wheel installed in a fresh venv and run from elsewhere:
+# tests/deploy/check.sh); a run of chosen tests (ARGS=...) skips the check.  mypy keeps its
+# cache in build/mypy: a run after a small edit takes seconds.
+test: typecheck
 	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
 	$(if $(ARGS),,bash tests/deploy/check.sh)
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 deploy-check: $(STAMP)
 	bash tests/deploy/check.sh

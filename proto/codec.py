@@ -66,7 +66,7 @@ _TWRITE = struct.Struct("<IBHIQI")
 _TWALK = struct.Struct("<IIH")
 _DIRFIX = struct.Struct("<HHIBIQIIIQ")      # size type dev qid mode atime mtime length
 
-_FIXED: dict[type, tuple[str, ...]] = {      # message -> (struct format, field names)
+_FIXED: dict[type[Message], tuple[str, ...]] = {  # message -> (struct format, field names)
     Tflush: ("H", "oldtag"), Rwrite: ("I", "count"), Topen: ("IB", "fid", "mode"),
     Tread: ("IQI", "fid", "offset", "count"), Tclunk: ("I", "fid"),
     Tremove: ("I", "fid"), Tstat: ("I", "fid"),
@@ -139,7 +139,7 @@ def _e_qidiou(m: Ropen | Rcreate) -> bytes:
     return _QIDIOU.pack(24, m.TYPE, m.tag, q.type, q.vers, q.path, m.iounit)
 
 
-def _fixed_encoder(cls: type, fmt: str, *names: str) -> Callable[[Message], bytes]:
+def _fixed_encoder(cls: type[Message], fmt: str, *names: str) -> Callable[[Message], bytes]:
     st = struct.Struct("<IBH" + fmt)
     size, t = st.size, cls.TYPE
     if not names:
@@ -148,7 +148,7 @@ def _fixed_encoder(cls: type, fmt: str, *names: str) -> Callable[[Message], byte
     return lambda m: st.pack(size, t, *get(m))
 
 
-_ENCODERS: dict[type, Callable] = {
+_ENCODERS: dict[type[Message], Callable] = {
     Tversion: lambda m: _frame(C.Tversion_T, m.tag, _U32.pack(m.msize), _s(m.version)),
     Rversion: lambda m: _frame(C.Rversion_T, m.tag, _U32.pack(m.msize), _s(m.version)),
     Tauth: lambda m: _frame(C.Tauth_T, m.tag, _U32.pack(m.afid), _s(m.uname), _s(m.aname)),

@@ -47,7 +47,7 @@ Spaces and tabs separate; leading and trailing blanks of a line are ignored.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Any, Callable
 
 from . import const as C
 from .messages import MESSAGES, Dir, Malformed, Message, Qid
@@ -96,7 +96,8 @@ _FIELDS = {                      # message -> its (key, attribute, kind)s after 
     "Twstat": (_FID, ("stat", "stat", "stat")), "Rwstat": (),
     "Malformed": (("type", "type", "type"), ("why", "why", "ename")),
 }
-_BY_NAME: dict[str, type] = {cls.__name__: cls for cls in [*MESSAGES.values(), Malformed]}
+_BY_NAME: dict[str, type[Message] | type[Malformed]] = {
+    cls.__name__: cls for cls in [*MESSAGES.values(), Malformed]}
 _SPEC = {_BY_NAME[name]: (("tag", "tag", "u16"),) + rest for name, rest in _FIELDS.items()}
 
 
@@ -366,7 +367,7 @@ _PARSE: dict[str, Callable[[_Scanner], object]] = {
 
 def _type_value(tok: str) -> int:
     cls = _BY_NAME.get(tok)
-    if cls is not None and cls is not Malformed:
+    if cls is not None and issubclass(cls, Message):     # every name but Malformed
         return cls.TYPE
     return _number(tok, 8)
 
@@ -379,7 +380,7 @@ def parse_msg(line: str) -> Message | Malformed:
         cls = _BY_NAME.get(name)
         if cls is None:
             raise ValueError(f"unknown message {name!r}")
-        vals = {}
+        vals: dict[str, Any] = {}
         for key, attr, kind in _SPEC[cls]:
             sc.key(key)
             vals[attr] = _PARSE[kind](sc)

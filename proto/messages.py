@@ -33,13 +33,13 @@ from . import const as C
 class _Record:
     """Base of Qid, Dir and every message: equality, hash, repr and immutability
     from the subclass's __slots__ (see the module's theory of operation)."""
-    __slots__ = ()
+    __slots__: tuple[str, ...] = ()
     _SET: tuple = ()                  # the slots' setters, in __slots__ order
     _key = staticmethod(lambda self: ())   # the field values, for == and hash
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is self.__class__:
-            return self._key(self) == other._key(other)  # type: ignore[attr-defined]
+            return self._key(self) == other._key(other)
         return NotImplemented
 
     def __hash__(self) -> int:
@@ -64,13 +64,15 @@ def _frozen(text: str) -> AttributeError:
     return FrozenInstanceError(text)
 
 
-def _record(cls: type) -> type:
+def _record(cls: type[_Record]) -> type[_Record]:
     """Finish a hand-written record class: setters, value getter, match args."""
     names = cls.__slots__
     cls._SET = tuple(vars(cls)[n].__set__ for n in names)
     get = attrgetter(*names)
-    cls._key = staticmethod(get if len(names) > 1 else lambda self: (get(self),))
-    cls.__match_args__ = names
+    # (one name: attrgetter gives the value, not a tuple; mypy's stub cannot tell the two)
+    cls._key = staticmethod(get if len(names) > 1 else  # type: ignore[arg-type]
+                            lambda self: (get(self),))
+    cls.__match_args__ = names  # type: ignore[attr-defined,misc]  # per class, as dataclass does
     return cls
 
 
@@ -86,6 +88,9 @@ def replace(obj: _Record, **changes: object) -> _Record:
 @_record
 class Qid(_Record):
     __slots__ = ("type", "vers", "path")
+    type: int
+    vers: int
+    path: int
 
     NOTOUCH: Qid = None  # type: ignore[assignment]  # set below: the all-ones qid of a wstat
 
@@ -105,6 +110,17 @@ class Dir(_Record):
     """The stat structure of stat(5), without its leading size[2]."""
     __slots__ = ("type", "dev", "qid", "mode", "atime", "mtime", "length",
                  "name", "uid", "gid", "muid")
+    type: int
+    dev: int
+    qid: Qid
+    mode: int
+    atime: int
+    mtime: int
+    length: int
+    name: str
+    uid: str
+    gid: str
+    muid: str
 
     def __init__(self, type: int = 0, dev: int = 0, qid: Qid = _QID0, mode: int = 0,
                  atime: int = 0, mtime: int = 0, length: int = 0, name: str = "",
@@ -134,6 +150,7 @@ class Message(_Record):
     """Base of every message: each has `tag` and a class-level TYPE."""
     __slots__ = ()
     TYPE: int = 0
+    tag: int                # each message's first slot; its fields are annotated likewise
 
 
 def _message(type_number: int):
@@ -145,12 +162,14 @@ def _message(type_number: int):
     return wrap
 
 
-MESSAGES: dict[int, type] = {}
+MESSAGES: dict[int, type[Message]] = {}
 
 
 @_message(C.Tversion_T)
 class Tversion(Message):
     __slots__ = ("tag", "msize", "version")
+    msize: int
+    version: str
 
     def __init__(self, tag: int, msize: int, version: str) -> None:
         a, b, c = self._SET
@@ -162,6 +181,8 @@ class Tversion(Message):
 @_message(C.Rversion_T)
 class Rversion(Message):
     __slots__ = ("tag", "msize", "version")
+    msize: int
+    version: str
 
     def __init__(self, tag: int, msize: int, version: str) -> None:
         a, b, c = self._SET
@@ -173,6 +194,9 @@ class Rversion(Message):
 @_message(C.Tauth_T)
 class Tauth(Message):
     __slots__ = ("tag", "afid", "uname", "aname")
+    afid: int
+    uname: str
+    aname: str
 
     def __init__(self, tag: int, afid: int, uname: str, aname: str) -> None:
         a, b, c, d = self._SET
@@ -185,6 +209,7 @@ class Tauth(Message):
 @_message(C.Rauth_T)
 class Rauth(Message):
     __slots__ = ("tag", "aqid")
+    aqid: Qid
 
     def __init__(self, tag: int, aqid: Qid) -> None:
         a, b = self._SET
@@ -195,6 +220,10 @@ class Rauth(Message):
 @_message(C.Tattach_T)
 class Tattach(Message):
     __slots__ = ("tag", "fid", "afid", "uname", "aname")
+    fid: int
+    afid: int
+    uname: str
+    aname: str
 
     def __init__(self, tag: int, fid: int, afid: int, uname: str, aname: str) -> None:
         a, b, c, d, e = self._SET
@@ -208,6 +237,7 @@ class Tattach(Message):
 @_message(C.Rattach_T)
 class Rattach(Message):
     __slots__ = ("tag", "qid")
+    qid: Qid
 
     def __init__(self, tag: int, qid: Qid) -> None:
         a, b = self._SET
@@ -218,6 +248,7 @@ class Rattach(Message):
 @_message(C.Rerror_T)
 class Rerror(Message):
     __slots__ = ("tag", "ename")
+    ename: str
 
     def __init__(self, tag: int, ename: str) -> None:
         a, b = self._SET
@@ -228,6 +259,7 @@ class Rerror(Message):
 @_message(C.Tflush_T)
 class Tflush(Message):
     __slots__ = ("tag", "oldtag")
+    oldtag: int
 
     def __init__(self, tag: int, oldtag: int) -> None:
         a, b = self._SET
@@ -246,6 +278,9 @@ class Rflush(Message):
 @_message(C.Twalk_T)
 class Twalk(Message):
     __slots__ = ("tag", "fid", "newfid", "wname")
+    fid: int
+    newfid: int
+    wname: tuple[str, ...]
 
     def __init__(self, tag: int, fid: int, newfid: int, wname: tuple[str, ...] = ()) -> None:
         a, b, c, d = self._SET
@@ -258,6 +293,7 @@ class Twalk(Message):
 @_message(C.Rwalk_T)
 class Rwalk(Message):
     __slots__ = ("tag", "wqid")
+    wqid: tuple[Qid, ...]
 
     def __init__(self, tag: int, wqid: tuple[Qid, ...] = ()) -> None:
         a, b = self._SET
@@ -268,6 +304,8 @@ class Rwalk(Message):
 @_message(C.Topen_T)
 class Topen(Message):
     __slots__ = ("tag", "fid", "mode")
+    fid: int
+    mode: int
 
     def __init__(self, tag: int, fid: int, mode: int) -> None:
         a, b, c = self._SET
@@ -279,6 +317,8 @@ class Topen(Message):
 @_message(C.Ropen_T)
 class Ropen(Message):
     __slots__ = ("tag", "qid", "iounit")
+    qid: Qid
+    iounit: int
 
     def __init__(self, tag: int, qid: Qid, iounit: int = 0) -> None:
         a, b, c = self._SET
@@ -290,6 +330,10 @@ class Ropen(Message):
 @_message(C.Tcreate_T)
 class Tcreate(Message):
     __slots__ = ("tag", "fid", "name", "perm", "mode")
+    fid: int
+    name: str
+    perm: int
+    mode: int
 
     def __init__(self, tag: int, fid: int, name: str, perm: int, mode: int) -> None:
         a, b, c, d, e = self._SET
@@ -303,6 +347,8 @@ class Tcreate(Message):
 @_message(C.Rcreate_T)
 class Rcreate(Message):
     __slots__ = ("tag", "qid", "iounit")
+    qid: Qid
+    iounit: int
 
     def __init__(self, tag: int, qid: Qid, iounit: int = 0) -> None:
         a, b, c = self._SET
@@ -314,6 +360,9 @@ class Rcreate(Message):
 @_message(C.Tread_T)
 class Tread(Message):
     __slots__ = ("tag", "fid", "offset", "count")
+    fid: int
+    offset: int
+    count: int
 
     def __init__(self, tag: int, fid: int, offset: int, count: int) -> None:
         a, b, c, d = self._SET
@@ -326,6 +375,7 @@ class Tread(Message):
 @_message(C.Rread_T)
 class Rread(Message):
     __slots__ = ("tag", "data")
+    data: bytes
 
     def __init__(self, tag: int, data: bytes = b"") -> None:
         a, b = self._SET
@@ -336,6 +386,9 @@ class Rread(Message):
 @_message(C.Twrite_T)
 class Twrite(Message):
     __slots__ = ("tag", "fid", "offset", "data")
+    fid: int
+    offset: int
+    data: bytes
 
     def __init__(self, tag: int, fid: int, offset: int, data: bytes = b"") -> None:
         a, b, c, d = self._SET
@@ -348,6 +401,7 @@ class Twrite(Message):
 @_message(C.Rwrite_T)
 class Rwrite(Message):
     __slots__ = ("tag", "count")
+    count: int
 
     def __init__(self, tag: int, count: int) -> None:
         a, b = self._SET
@@ -358,6 +412,7 @@ class Rwrite(Message):
 @_message(C.Tclunk_T)
 class Tclunk(Message):
     __slots__ = ("tag", "fid")
+    fid: int
 
     def __init__(self, tag: int, fid: int) -> None:
         a, b = self._SET
@@ -376,6 +431,7 @@ class Rclunk(Message):
 @_message(C.Tremove_T)
 class Tremove(Message):
     __slots__ = ("tag", "fid")
+    fid: int
 
     def __init__(self, tag: int, fid: int) -> None:
         a, b = self._SET
@@ -394,6 +450,7 @@ class Rremove(Message):
 @_message(C.Tstat_T)
 class Tstat(Message):
     __slots__ = ("tag", "fid")
+    fid: int
 
     def __init__(self, tag: int, fid: int) -> None:
         a, b = self._SET
@@ -404,6 +461,7 @@ class Tstat(Message):
 @_message(C.Rstat_T)
 class Rstat(Message):
     __slots__ = ("tag", "stat")
+    stat: Dir
 
     def __init__(self, tag: int, stat: Dir) -> None:
         a, b = self._SET
@@ -414,6 +472,8 @@ class Rstat(Message):
 @_message(C.Twstat_T)
 class Twstat(Message):
     __slots__ = ("tag", "fid", "stat")
+    fid: int
+    stat: Dir
 
     def __init__(self, tag: int, fid: int, stat: Dir) -> None:
         a, b, c = self._SET
@@ -440,6 +500,9 @@ class Malformed(_Record):
     too checks only the framing; srv.c answers "bad directory in wstat").  `type` is the
     frame's wire type number and `why` the codec's reason.  Not a message: never encoded."""
     __slots__ = ("tag", "type", "why")
+    tag: int
+    type: int
+    why: str
 
     def __init__(self, tag: int, type: int, why: str) -> None:
         a, b, c = self._SET

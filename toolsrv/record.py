@@ -18,6 +18,10 @@ here gives what the dataclass options gave:
               object.__setattr__ (`setfield`), as a frozen dataclass's does.  A
               functools.cached_property still works (it writes the instance's __dict__).
 
+A Frozen record also annotates its fields at class level (`kind: str`), as h11's events
+do: its __init__ stores them through setfield, which a type checker cannot follow, and an
+annotation without a value costs nothing at import (tests/test_record.py checks each).
+
 `replace(obj, **changes)` is dataclasses.replace for these classes.  proto's messages are
 the same idea with __slots__ (proto/messages.py); these keep an instance __dict__.
 """

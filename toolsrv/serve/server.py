@@ -466,7 +466,7 @@ class Conn:
 
     def _created(self, m: Tcreate, fid: Fid, new: Node) -> Rcreate:
         r = new.open(fid, m.mode)
-        if inspect.isawaitable(r):
+        if inspect.iscoroutine(r):
             r.close()  # created nodes open synchronously
         fid.node = new
         fid.omode = m.mode

@@ -58,7 +58,7 @@ def claimed(said: Any, p: dict | None) -> str | None:
 def name_of(fid: Any, args: Any = None) -> str:
     """Whom a write through `fid` is for: the parent call's principal on a tool's own
     connection (rule 2), else the claim in `args` (rule 1), else the peer."""
-    conn = getattr(fid, "conn", None)
+    conn: Any = getattr(fid, "conn", None)     # None: setting its name raises AttributeError
     guard = getattr(getattr(conn, "config", None), "guard", None)
     if guard is not None:
         who = getattr(getattr(guard, "parent", None), "who", None)
