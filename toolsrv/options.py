@@ -246,7 +246,7 @@ class Options(Record, metaclass=_Signed):
     max_args: int
     max_run_pids: int
     max_run_memory: int | None      # all runs, the server's cgroup (run/kernel/cgroups.py);
-    max_warm_memory: int | None     # None: default_total_memory(); warm_budget()
+    max_warm_memory: int | None     # None: default_total_memory(); WarmPool.budget()
     audit: str | None               # its file; "": the state directory's audit.jsonl (none
                                     # with --no-state); None: none (--no-audit)
     audit_args: bool

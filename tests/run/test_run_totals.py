@@ -161,7 +161,7 @@ def test_idle_warm_interpreters_are_bounded_by_memory():
             pytest.skip("no warm starts here: " + h.runner.status_text())
         # what one idle warm interpreter holds (PSS, its standby child included), measured:
         # the budget holds one and a half of it, so a second one idle is one too many
-        one = max(i.rss for pool in la._warm.values() for i in pool)
+        one = max(i.rss for pool in la.warm.idle.values() for i in pool)
         assert one > 0, h.runner.status_text()
         budget = la.limits["warm_memory"] = one * 3 // 2
         async def burst():
@@ -172,11 +172,11 @@ def test_idle_warm_interpreters_are_bounded_by_memory():
             assert [r.stdout for r in results] == [b"ok\n"] * 6, results   # one warm-up)
             if not any(r.warm for r in results):
                 pytest.skip("no warm starts here: " + h.runner.status_text())
-            if la.warm_started >= 2:
+            if la.warm.started >= 2:
                 break
-        idle = [i for pool in la._warm.values() for i in pool]
+        idle = [i for pool in la.warm.idle.values() for i in pool]
         assert sum(i.rss for i in idle) <= budget
-        assert la.warm_shed >= 1 and la.warm_started > len(idle), h.runner.status_text()
+        assert la.warm.shed >= 1 and la.warm.started > len(idle), h.runner.status_text()
         st = h.runner.status_text()
         assert f"against at most {budget / 2**20:.1f} MiB and 60 s idle" in st, st
         assert "let go for memory" in st, st

@@ -260,7 +260,7 @@ def test_an_interpreter_that_cannot_warm_up_falls_back(hw: Harness) -> None:
 
 
 def _warm_init_pids(h: Harness) -> list[int]:
-    return [pid for _, pid in h.runner.launcher.warm_pids()]
+    return [pid for _, pid in h.runner.launcher.warm.pids()]
 
 
 def test_a_warm_interpreter_killed_between_calls_is_replaced(hw: Harness) -> None:

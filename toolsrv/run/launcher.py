@@ -32,6 +32,9 @@
 # is pinged every PING_EVERY seconds; one that has not answered a ping for WEDGED_AFTER
 # seconds is wedged: it is killed (its runs die with it), every pending handle ends with
 # "launcher stopped answering", and the next ensure() starts a new one.
+#
+# An init made warm (toolsrv/run/init/warm.py) serves calls of its kind only: once it has
+# reported it waits in the WarmPool (warmpool.py), which also lets it go.
 from __future__ import annotations
 
 import asyncio
@@ -51,6 +54,7 @@ from toolsrv.run.kernel.cgroups import RunGroups
 from toolsrv.run.init.wire import MAX_PACKET, recv_into
 from toolsrv.run.handle import LaunchHandle, Spare
 from toolsrv.run.warmplan import WarmKind
+from toolsrv.run.warmpool import WarmPool
 
 log = logging.getLogger("toolsrv.warm")
 
@@ -61,9 +65,6 @@ MAX_FIXED = 32  # fixed path lists named before the names start again
 SPARE_INITS = 4  # idle inits wanted: fewer, and the zygote is asked for more
 MAX_IDLE = 64  # idle inits kept at most
 IDLE_TRIM = 2.0  # seconds without a spawn: idle inits beyond SPARE_INITS are let go
-WARM_KEEP = 2  # warm inits kept per interpreter once IDLE_TRIM has passed without a spawn
-WARM_IDLE = 60.0  # seconds without a call of its kind: a kind's warm inits are let go
-RSS_EVERY = 1.0  # seconds: an idle warm init's RSS is read again at most this often
 CLOSE_GROUPS = 10.0  # seconds close() waits for the run groups to empty and go
 # the checkout that holds the toolsrv package: toolsrv/run/launcher.py, three levels down
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
@@ -104,12 +105,7 @@ class Launcher:
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._spares: collections.deque[Spare] = collections.deque()  # idle inits
-        self._warm: dict[WarmKind, collections.deque[Spare]] = {}  # idle warm inits, by kind
-        self._warm_used: dict[WarmKind, float] = {}  # when a kind was last spawned
-        self.warm_started = 0  # inits turned warm
-        self.warm_lost = 0  # warm inits found dead while idle
-        self.warm_shed = 0  # idle warm inits let go for the memory budget
-        self._warm_timer: asyncio.TimerHandle | None = None
+        self.warm = WarmPool(self.limits, MAX_IDLE)  # idle warm inits, by kind
         self._asked = 0  # spares asked of the zygote and not yet had
         self._last_spawn = 0.0
         self._trim: asyncio.TimerHandle | None = None
@@ -269,20 +265,16 @@ class Launcher:
         """Give the run to an idle warm init of its kind, or make an idle cold one warm
         (the request to exec the interpreter, then the run, queued on its socket); False
         when neither is idle."""
-        loop = asyncio.get_running_loop()
-        self._last_spawn = self._warm_used[kind] = loop.time()
-        pool = self._warm.get(kind)
-        while pool:
-            init = pool.pop()
+        self._last_spawn = now = asyncio.get_running_loop().time()
+        while (init := self.warm.take(kind, now)) is not None:
             data, sent = self._warm_request(msg, init.known, blob)
             try:
                 socket.send_fds(init.sock, [data], fds)
             except OSError as e:  # it died while idle: the next one, or a new one
-                self.warm_lost += 1
+                self.warm.lost += 1
                 log.warning("a warm interpreter (%s, pid %s) was found dead while idle "
                             "(%s): killed or crashed; the call goes to another",
-                            kind.python, init.pid() or "gone",
-                            e.strerror or e)
+                            kind.python, init.pid() or "gone", e.strerror or e)
                 init.close()
                 continue
             if sent is not None:
@@ -303,61 +295,12 @@ class Launcher:
             if sent is not None:
                 init.known.add(sent)
             init.kind = kind
-            self.warm_started += 1
             self._low_water()
             handle.warm, handle.warming = kind, True
             handle.attach(init, self._idle)
-            self._warm_timer_soon()
+            self.warm.made()
             return True
         return False
-
-    def warm_pids(self) -> list[tuple[WarmKind, int]]:
-        """(kind, pid) of every idle warm init."""
-        out = []
-        for kind, pool in self._warm.items():
-            for init in pool:
-                pid = init.pid()
-                if pid is not None:
-                    out.append((kind, pid))
-        return out
-
-    def _warm_timer_soon(self) -> None:
-        if self._warm_timer is None:
-            self._warm_timer = asyncio.get_running_loop().call_later(
-                WARM_IDLE / 4, self._trim_warm)
-
-    def _trim_warm(self) -> None:
-        """Let go the warm inits of a kind not called for WARM_IDLE seconds."""
-        self._warm_timer = None
-        now = asyncio.get_running_loop().time()
-        for kind in list(self._warm):
-            if now - self._warm_used.get(kind, 0.0) >= WARM_IDLE:
-                for init in self._warm.pop(kind):
-                    init.close()
-                self._warm_used.pop(kind, None)
-        if self._warm:
-            self._warm_timer_soon()
-
-    def warm_budget(self) -> int | None:
-        """Bytes of RSS the idle warm inits may hold together (None: no bound)."""
-        return self.limits.get("warm_memory")
-
-    def _bound_warm(self) -> None:
-        """Idle warm inits over the memory budget: let go the least recently used (of the
-        kind called longest ago) until they fit; time bounds them as well (_trim_warm)."""
-        budget = self.warm_budget()
-        if budget is None:
-            return
-        total = sum(i.rss for pool in self._warm.values() for i in pool)
-        while total > budget:
-            kinds = [k for k, pool in self._warm.items() if pool]
-            if not kinds:
-                break
-            kind = min(kinds, key=lambda k: self._warm_used.get(k, 0.0))
-            init = self._warm[kind].popleft()
-            total -= init.rss
-            init.close()
-            self.warm_shed += 1
 
     def totals_text(self) -> str:
         """/status's line on all runs together: the base group's limits and use."""
@@ -383,16 +326,11 @@ class Launcher:
     def _idle(self, init: Spare) -> None:
         """An init that has reported: its namespace is empty, it waits for another run."""
         if init.kind is not None:
-            pool = self._warm.setdefault(init.kind, collections.deque())
-            if self._sock is None or len(pool) >= MAX_IDLE:
+            loop = asyncio.get_running_loop()
+            if self._sock is None:
                 init.close()
-                return
-            pool.append(init)
-            init.rss = init.measure(asyncio.get_running_loop().time(), RSS_EVERY)
-            self._bound_warm()
-            if len(pool) > WARM_KEEP and self._trim is None:
-                self._trim = asyncio.get_running_loop().call_later(IDLE_TRIM, self._trim_idle)
-            self._warm_timer_soon()
+            elif self.warm.put(init, loop.time()) and self._trim is None:
+                self._trim = loop.call_later(IDLE_TRIM, self._trim_idle)
             return
         if self._sock is None or len(self._spares) >= MAX_IDLE:
             init.close()
@@ -410,9 +348,7 @@ class Launcher:
             return
         while len(self._spares) > SPARE_INITS:
             self._spares.popleft().close()  # the least recently used
-        for pool in self._warm.values():
-            while len(pool) > WARM_KEEP:
-                pool.popleft().close()
+        self.warm.trim()
 
     def kill(self, handle: LaunchHandle) -> None:
         """SIGKILL the run's whole namespace (through its init's pidfd)."""
@@ -513,13 +449,7 @@ class Launcher:
             self._trim = None
         while self._spares:
             self._spares.popleft().close()
-        if self._warm_timer is not None:
-            self._warm_timer.cancel()
-            self._warm_timer = None
-        for pool in self._warm.values():
-            while pool:
-                pool.popleft().close()
-        self._warm.clear()
+        self.warm.close()
         handles, self._handles, self._waiting = self._handles, {}, {}
         for h in handles.values():
             h._set((None, why))

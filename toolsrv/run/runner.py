@@ -33,13 +33,14 @@ from toolsrv.run.kernel import landlock
 from toolsrv.run.elevation import reach, request_approval
 from toolsrv.dirs.layout import work_base
 from toolsrv.run.kernel.idmap import Planner, seclude
-from toolsrv.run.launcher import WARM_IDLE, Launcher, LauncherDied, LaunchHandle
+from toolsrv.run.launcher import Launcher, LauncherDied, LaunchHandle
 from toolsrv.run.ownscript import ScriptCache
 from toolsrv.run.init.wire import DEFAULT_PATH
 from toolsrv.run.pumps import Collector, Feeder
 from toolsrv.record import Record
 from toolsrv.run.scratch import Scratch
 from toolsrv.run.warmplan import WARM_RETRY, WarmKind, warm_request
+from toolsrv.run.warmpool import WARM_IDLE
 from toolsrv.run.sandbox import Policy, Profile, landlock_status, missing_parts, placeholder_values
 
 DEFAULT_RLIMITS = {"as": 8 << 30, "fsize": 1 << 30, "nofile": 4096, "core": 0, "nproc": 4096}
@@ -340,7 +341,7 @@ class Runner:
         """The server's /status: runs, idle inits, and the warm interpreters' memory."""
         la = self.launcher
         rss: dict[WarmKind, list[int]] = {}
-        for kind, pid in la.warm_pids():
+        for kind, pid in la.warm.pids():
             try:
                 with open(f"/proc/{pid}/status") as f:
                     kib = next((int(line.split()[1]) for line in f
@@ -349,8 +350,8 @@ class Runner:
                 continue
             rss.setdefault(kind, []).append(kib)
         every = [k for v in rss.values() for k in v]
-        budget = la.warm_budget()
-        held = sum(i.rss for pool in la._warm.values() for i in pool)
+        budget = la.warm.budget()
+        held = la.warm.held()
         resident = sum(1 for h in la._handles.values() if h.resident)
         lines = [f"runs: {len(la._handles) - resident} running"
                  + (f", {resident} resident process{'es' if resident != 1 else ''} up between "
@@ -363,8 +364,8 @@ class Runner:
                  + (f", {held / 2**20:.1f} MiB of it counted (PSS, with their standby "
                     f"children) against at most {budget / 2**20:.1f} MiB"
                     if budget is not None else "")
-                 + f" and {WARM_IDLE:g} s idle; {la.warm_started} made warm, "
-                 f"{la.warm_lost} found dead, {la.warm_shed} let go for memory, "
+                 + f" and {WARM_IDLE:g} s idle; {la.warm.started} made warm, "
+                 f"{la.warm.lost} found dead, {la.warm.shed} let go for memory, "
                  f"{self.warm_failures} failed"]
         for kind, kibs in sorted(rss.items(), key=lambda kv: repr(kv[0])):
             boot, uid = kind.boot, kind.uid

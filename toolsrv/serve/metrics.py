@@ -60,7 +60,7 @@ class Metrics:
                 "seconds": self.seconds,
                 "running": sum(1 for c in live if c.state == State.RUNNING),
                 "queued": sum(1 for c in live if c.state == State.QUEUED),
-                "warm": len(launcher.warm_pids()) if launcher is not None else 0,
+                "warm": len(launcher.warm.pids()) if launcher is not None else 0,
                 "residents": sum(1 for e in app.calls.sched.residents.live
                                  if e.proc is not None and e.proc.alive)
                 if app.calls is not None else 0,
