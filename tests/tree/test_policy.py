@@ -445,3 +445,12 @@ def test_the_worked_example_of_doc_sandbox_md():
     with pytest.raises(P9Error) as e:
         g.check_load("uid:1001", "github_comment")
     assert e.value.full == said
+
+
+def test_the_broker_is_asked_a_confirmation_not_an_elevation():
+    from toolsrv.cli.approve import format_request
+    text = format_request({"tool": "file_write", "session": "s", "agent": "a", "cwd": "/w",
+                           "args": {}, "confirm": "default.confirm", "principal": "uid:1000",
+                           "reach": "it runs in its sandbox"})
+    assert text.startswith("confirmation request (default.confirm of policy.yaml, for "
+                           "uid:1000): tool file_write (session s, agent a)")

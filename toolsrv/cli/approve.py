@@ -58,7 +58,9 @@ def format_request(request: dict) -> str:
     args = json.dumps(request.get("args"), indent=2, sort_keys=True, default=str)
     peer = request.get("peer")
     frm = f" from pid {peer[0]}, {_who(peer[1])}" if isinstance(peer, (list, tuple)) else ""
-    text = (f"elevation request{frm}: tool {request.get('tool')} "
+    what = (f"confirmation request ({request['confirm']} of policy.yaml, for "
+            f"{request.get('principal')})" if request.get("confirm") else "elevation request")
+    text = (f"{what}{frm}: tool {request.get('tool')} "
             f"(session {request.get('session')}, agent {request.get('agent')})\n"
             f"  cwd: {request.get('cwd')}\n  args: {args.replace(chr(10), chr(10) + '  ')}")
     if request.get("reach"):
