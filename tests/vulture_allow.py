@@ -36,3 +36,6 @@ _.should_exit
 
 # toolsrv/mcp/oauth.py: urllib's opener calls a redirect handler's redirect_request
 _.redirect_request
+
+# toolsrv/options.py: Options' metaclass property, read by inspect.signature(Options)
+_.__signature__
