@@ -454,3 +454,21 @@ def test_the_broker_is_asked_a_confirmation_not_an_elevation():
                            "reach": "it runs in its sandbox"})
     assert text.startswith("confirmation request (default.confirm of policy.yaml, for "
                            "uid:1000): tool file_write (session s, agent a)")
+
+
+def test_a_claim_names_the_principal_only_from_the_servers_own_uid():
+    """who.py, rule 1: the MCP face's _meta.principal is taken from a Unix peer of our uid
+    or root alone; the static token by its hash, an OAuth subject as oauth:SUB."""
+    from toolsrv.tree.policy.who import claimed, peer_name
+    ours = {"kind": "unix", "uid": os.geteuid(), "pid": 7}
+    assert claimed("bearer token sha256:ab12cd34ef56 from uid 1000", ours) == \
+        "token:sha256:ab12cd34ef56"
+    assert claimed("alice@example.com", ours) == "oauth:alice@example.com"
+    assert claimed("uid 1000", ours) is None           # the face's --no-token form
+    assert claimed("alice", {"kind": "unix", "uid": 4242}) is None   # an --allow-uid peer
+    assert claimed("alice", {"kind": "tls", "host": "10.0.0.7", "subject": "CN=x"}) is None
+    assert claimed("alice", {**ours, "via": "tool"}) is None          # a tool's connection
+    assert peer_name({"kind": "tls", "host": "10.0.0.7", "subject": "O=team,CN=ci"}) == \
+        "tls:O=team,CN=ci"
+    assert peer_name({"kind": "tcp", "host": "127.0.0.1"}) == "host:127.0.0.1"
+    assert peer_name({"kind": "unix", "uid": 1000, "pid": 3}) == "uid:1000"
