@@ -11,7 +11,7 @@ import importlib.resources
 import os
 
 from toolsrv.dirs import bundled
-from toolsrv.app import default_tools_path
+from toolsrv.wiring import default_tools_path
 from toolsrv.run.sandbox import default_shipped_dir
 
 from outside import CHECKOUT

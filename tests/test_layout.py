@@ -45,7 +45,8 @@ MAX_MODULES = 12     # modules in one folder of toolsrv/
 RANK = {"proto": 0, "base": 1, "run": 2, "registry": 2, "tree": 3, "serve": 4, "hosts": 5,
         "app": 6, "mcp": 7, "cli": 8}
 BASE = {"toolsrv", "toolsrv.errors", "toolsrv.record"}
-TOP = {"toolsrv.app": "app", "toolsrv.options": "app", "toolsrv.__main__": "cli", "toolsrv.client": "cli"}
+TOP = {"toolsrv.app": "app", "toolsrv.wiring": "app", "toolsrv.options": "app",
+       "toolsrv.__main__": "cli", "toolsrv.client": "cli"}
 
 
 # the source folders of the package, as setup.cfg's package_dir maps them

@@ -6,7 +6,8 @@ the top of this list down, never up (tests/test_layout.py checks it):
     cli/       the `toolsrv` command: its verbs, the 9P client, mount, the banner
                (__main__.py, its thin entry, and client.py, the client's old path)
     mcp/       the MCP face, `toolsrv mcp`: an MCP server that is a client of the tree
-    app.py     the wiring: one server process, from Options to listeners and shutdown
+    app.py     one server process: its parts made in order, listened on, shut down
+               (wiring.py: each part made from the Options and joined to the others)
                (options.py: `serve`'s options, each declared once, and Options)
     hosts/     imports of other hosts' trees, and the asyncio 9P client they share
     serve/     where a 9P request enters: sockets, dial strings, fids, tags, flush, auth,

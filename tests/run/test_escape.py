@@ -356,7 +356,7 @@ def test_client_9p_cannot_widen_its_own_sandbox(world):
     """A model calling client_9p must not reach more than its session's profile allows:
     not repoint its session's cwd, not switch its profile, not see or end other sessions,
     not see its session's other agents."""
-    from toolsrv.app import BUNDLED_TOOLS
+    from toolsrv.wiring import BUNDLED_TOOLS
     d = tools_dir()
     add_tool(d, "read_outside", tool_script(ATTEMPTS["read_outside"]))
     app = AppThread([d, str(BUNDLED_TOOLS)]).start()

@@ -391,7 +391,7 @@ def _claim_unix_path(path: str) -> None:
 
 
 async def listen(addr: Addr, factory: Callable[[], asyncio.Protocol], *,
-                 allow_nonloopback: bool = False, ssl: Any = None) -> asyncio.AbstractServer:
+                 allow_nonloopback: bool = False, ssl: Any = None) -> asyncio.Server:
     """Open one listener for a dial address; a tls! one needs the server's TLS context."""
     loop = asyncio.get_running_loop()
     if addr.kind == "unix":
