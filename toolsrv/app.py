@@ -106,6 +106,8 @@ class App(Parts):
         self._start_hosts(specs, state)
         self.gate = self._make_gate()
         self._start_audit(state, calls)
+        if self.audit is not None and tcp_config.auth is not None:   # a failed proof, too
+            tcp_config.auth.on_refuse = self.audit.connection_refused
         self._start_policy(state, calls)
         self._start_metrics(calls)
         self._start_traces(calls)

@@ -301,3 +301,36 @@ def test_audit_follows_and_filters(tools):
             follower.kill()
             follower.wait()
         stop_clean(app)
+
+
+def test_refused_attach_and_auth_answers_are_in_the_trail(tools, tmp_path):
+    """A Tattach without the shared secret's proof, and a wrong answer to its challenge,
+    are each a refused connection in the trail, naming the peer and the reason."""
+    import socket
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s3cret-s3cret-s3cret\n")
+    secret.chmod(0o600)
+    app = AppThread([tools], auth_secret=str(secret))
+    app.opts.addrs.append("tcp!127.0.0.1!0")
+    app.start()
+    try:
+        path = app.app.audit.path
+        port = app.call(lambda: [s.sockets[0].getsockname()[1] for s in app.app.servers
+                                 if s.sockets[0].family == socket.AF_INET][0])
+        addr = f"tcp!127.0.0.1!{port}"
+        with pytest.raises(ClientError, match="authentication required"):
+            Client.connect(addr, uname="mallory")
+        with pytest.raises(ClientError, match="authentication failed"):
+            Client.connect(addr, secret=b"not-the-secret-at-all", uname="eve")
+        assert wait_for(lambda: len([r for r in trail(path)
+                                     if r["event"] == "connection"]) >= 2)
+        refused = [r for r in trail(path) if r["event"] == "connection"]
+        assert [r["op"] for r in refused] == ["refused", "refused"], refused
+        assert "attach refused: uname 'mallory'" in refused[0]["reason"] \
+            and "authentication required" in refused[0]["reason"], refused[0]
+        assert "auth refused: uname 'eve'" in refused[1]["reason"] \
+            and "wrong answer" in refused[1]["reason"], refused[1]
+        assert all(r["principal"]["kind"] == "tcp" and r["principal"]["host"] == "127.0.0.1"
+                   for r in refused), refused
+    finally:
+        stop_clean(app)

@@ -178,10 +178,12 @@ class AuthFile(Node):
     perm = 0o600
 
     def __init__(self, secret: bytes, uname: str, aname: str, server: str, chan: bytes,
-                 end: Callable[[], None]) -> None:
+                 end: Callable[[], None],
+                 refused: Callable[[str], None] | None = None) -> None:
         super().__init__("auth", (1 << 62) | next(_paths))
         self.secret, self.uname, self.aname = secret, uname, aname
         self.server, self.chan, self.end = server, chan, end
+        self.refused = refused     # tells the audit trail of a failed answer (Authenticator)
         self.snonce = os.urandom(16)
         self.proof = b""           # the server's proof, once the client proved the secret
 
@@ -221,8 +223,10 @@ class AuthFile(Node):
 
     def _turn_away(self, fid: Any, ename: str, why: str) -> int:
         fid.aux.pop("answer", None)
-        log.warning("auth refused: uname %r aname %r: %s; hanging up", self.uname,
-                    self.aname, why)
+        said = f"auth refused: uname {self.uname!r} aname {self.aname!r}: {why}"
+        log.warning("%s; hanging up", said)
+        if self.refused is not None:
+            self.refused(said)
         self.end()
         raise P9Error(ename)
 
@@ -232,6 +236,14 @@ class Authenticator:
 
     def __init__(self, secret: bytes) -> None:
         self.secret = secret
+        # the audit trail's hook (tree/state/audit.py connection_refused): (peer, why) for
+        # each failed answer and each attach turned away
+        self.on_refuse: Callable[[Any, str], None] | None = None
+
+    def refused(self, link: Any, why: str) -> None:
+        """A connection turned away (a failed answer, an attach without the proof)."""
+        if self.on_refuse is not None:
+            self.on_refuse(getattr(link, "peer", None), why)
 
     def node(self, uname: str, aname: str, link: Any, afids: int) -> AuthFile:
         """The afid's file for a connection holding `afids` already (at most MAX_AFIDS);
@@ -240,7 +252,8 @@ class Authenticator:
         if afids >= MAX_AFIDS:
             raise P9Error(busy("too many auth fids", MAX_AFIDS, then="clunk some"))
         server, chan = link.channel()
-        return AuthFile(self.secret, uname, aname, server, chan, link.end)
+        return AuthFile(self.secret, uname, aname, server, chan, link.end,
+                        lambda why: self.refused(link, why))
 
     def check(self, afid: Any, uname: str, aname: str) -> None:
         """Raise P9Error unless afid (a Fid or None) proved the secret for uname/aname."""

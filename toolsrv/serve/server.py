@@ -350,9 +350,11 @@ class Conn:
                 self.config.auth.check(self.fids.get(m.afid), m.uname, m.aname)
             elif m.afid != NOFID:
                 raise P9Error(E.ENOAUTH)
-        except P9Error as e:   # who was turned away, and why, is worth a line in the log
-            log.warning("%s: attach refused: uname %r aname %r: %s", self.name, m.uname,
-                        m.aname, e.ename)
+        except P9Error as e:   # who was turned away, and why: the log, the audit trail
+            why = f"attach refused: uname {m.uname!r} aname {m.aname!r}: {e.ename}"
+            log.warning("%s: %s", self.name, why)
+            if self.config.auth is not None:
+                self.config.auth.refused(self.link, why)
             raise
         node = self.fs.attach(m.uname, m.aname, self)
         self.unames.add(m.uname)
