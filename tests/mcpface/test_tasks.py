@@ -306,3 +306,36 @@ def test_without_the_extension_calls_are_as_before(face):
     assert json.loads(text(old)) == {"old": 1}
     assert legacy.code == -32601
     assert unknown.code == -32602 and "unknown tool: no_such_tool" in unknown.message
+
+
+def test_the_record_is_kept_for_its_time_to_live(server, monkeypatch):
+    monkeypatch.setenv("TOOLSRV_MCP_TASK_TTL", "5")     # seconds; the default is an hour
+    home = tempfile.mkdtemp(prefix="mcp-tasks.")
+    f = HttpFace("-a", server.addr, "--http", "127.0.0.1:0", state_home=home)
+
+    async def go():
+        async with modern_client(f.url, f.token, extensions=[Tasks()]) as c:
+            async with c:
+                caps = c.server_capabilities.extensions
+                handle = await start(c, "echo", {"brief": 1})
+                with anyio.fail_after(WAIT):    # faster than it asks: its TTL is short
+                    while (done := await get(c.session, handle.task_id))["status"] \
+                            == "working":
+                        await anyio.sleep(0.05)
+                with anyio.fail_after(WAIT):
+                    while True:
+                        try:
+                            await get(c.session, handle.task_id)
+                        except MCPError as e:
+                            return caps, handle, done, e
+                        await anyio.sleep(0.1)
+    try:
+        caps, handle, done, gone = anyio.run(go)
+        left = os.listdir(os.path.join(home, "toolsrv", "mcp-tasks"))
+    finally:
+        f.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    assert caps == {EXTENSION: {}}                  # advertised in server/discover
+    assert handle.ttl_ms == 5000 and done["status"] == "completed"
+    assert gone.code == -32602 and "task not found" in gone.message
+    assert left == []                               # the expired record is deleted

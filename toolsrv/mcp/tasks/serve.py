@@ -106,7 +106,6 @@ class Tasks:
                    work: Callable[[], Awaitable[dict[str, Any]]], version: str) -> None:
         try:
             res = await work()
-            rec["call"] = _call_path(seat, rec["tool"])
             result = methods.serialize_server_result(
                 "tools/call", version, self.shape(res).model_dump(
                     by_alias=True, mode="json", exclude_none=True))
@@ -115,7 +114,6 @@ class Tasks:
             else:
                 self.store.end(rec, "completed", None, result=result)
         except asyncio.CancelledError:
-            rec["call"] = _call_path(seat, rec["tool"])
             if rec["status"] not in TERMINAL:
                 self.store.end(rec, "cancelled", "cancelled by tasks/cancel: the run was "
                                "killed")
@@ -128,6 +126,9 @@ class Tasks:
             self.store.end(rec, "failed", str(e), error={"code": code, "message": str(e)})
         finally:
             self.runs.pop(rec["taskId"], None)
+            if rec.get("call") is None and seat.session and seat.agent:
+                rec["call"] = f"{seat.base}/tools/{rec['tool']}/call"   # for the record
+                self.store.save(rec)
             if own:
                 await asyncio.shield(self.face.release(seat))
 
@@ -178,7 +179,7 @@ class Tasks:
             return f"running in another toolsrv mcp (pid {rec.get('pid')})"
         _, _, seat, name, args = held
         line = await self.face.status(seat, name, args)
-        return (line or "queued").splitlines()[0] if line else "working"
+        return line.splitlines()[0] if line and line.strip() else "working"
 
     def owner(self, ctx: Any) -> str:
         """The principal a task belongs to (module comment)."""
@@ -187,8 +188,8 @@ class Tasks:
         who = getattr(scope.get("user"), "principal", None)
         if who is not None:
             return f"oauth {who.issuer} {who.sub}"
-        said = scope.get(self.principal_key)
-        return f"token {said}" if said else "local"
+        said = scope.get(self.principal_key)      # "bearer token sha256:… from uid N"
+        return said or "local"
 
 
 def _declares(ctx: Any) -> bool:
@@ -200,11 +201,6 @@ def _declares(ctx: Any) -> bool:
         caps = getattr(params, "capabilities", None)
     extensions = getattr(caps, "extensions", None)
     return isinstance(extensions, dict) and EXTENSION in extensions
-
-
-def _call_path(seat: Any, tool: str) -> str | None:
-    """The tree's path of the task's call (None when its seat was never made)."""
-    return f"{seat.base}/tools/{tool}/call" if seat.session and seat.agent else None
 
 
 def _text(result: dict[str, Any]) -> str:
