@@ -144,6 +144,7 @@ class App(Parts):
     def _start_policy(self, state: str | None, calls: Calls) -> None:
         """policy.yaml (--policy FILE, else ~/.config/ollie/policy.yaml) and the kill switch's
         blocks (kept in the state directory): a broken file stops the start (ValueError)."""
+        from .tree.policy.consent import add_file as add_consent
         from .tree.policy.files import add_files
         from .tree.policy.gate import PolicyGate
         g = self.policy = PolicyGate(self.opts.policy, state)
@@ -153,6 +154,7 @@ class App(Parts):
         g.broker = self.runner.config.bypass_socket if self.runner is not None else None
         calls.policy = self.fs.policy = g
         add_files(self.fs, g)
+        add_consent(self.fs)                # /consent: a connection's own broker
         g.start()
 
     def _catch_signals(self) -> None:

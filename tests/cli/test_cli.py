@@ -135,8 +135,8 @@ def test_verbs(served):
     env = served[0]
     r = run(env, "ls", "-l", "/")
     assert r.returncode == 0 and [ln.split()[-1] for ln in r.stdout.splitlines()] == \
-        ["block", "hosts", "metrics", "policy", "revision", "revwait", "session", "status",
-         "tools"]
+        ["block", "consent", "hosts", "metrics", "policy", "revision", "revwait", "session",
+         "status", "tools"]
     assert run(env, "mkdir", "session/v").returncode == 0
     r = run(env, "mkdir", "session/v")
     assert r.returncode == 1 and "file already exists" in r.stderr

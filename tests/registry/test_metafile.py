@@ -97,7 +97,7 @@ def test_defaults_and_known_fields():
                         scope="read", outputFormat="text", resetsCounter=True, readOnly=True,
                         args={"type": "object"}, resident=True, title="T", destructive=True,
                         idempotent=False, outputSchema={"type": "object"},
-                        secrets=["GITHUB_TOKEN"]))
+                        secrets=["GITHUB_TOKEN"], confirm=True))
     assert m.fields["tier"] == "warm" and m.fields["keywords"] == ("k",)
     assert set(m.fields) == set(metafile.FIELDS)
 

@@ -15,7 +15,9 @@
 # pipes, not worker threads); fast.py the steady-state tools/call of a stdio connection,
 # answered beside the SDK's dispatch with the SDK's own result serializer; tasks/ the
 # `io.modelcontextprotocol/tasks` extension (a call run in the background, polled with
-# tasks/get, cancelled with tasks/cancel, its record and result kept in the state home).
+# tasks/get, cancelled with tasks/cancel, its record and result kept in the state home);
+# consent/ the face as the approval broker of its own calls, asking the client's user
+# (elicitation, input_required) before a call that needs a person's yes.
 #
 # May import app and everything below it (standalone mode starts an App); imported only
 # by cli/ (the `mcp` verb), so `serve` never loads the SDK.

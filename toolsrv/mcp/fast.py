@@ -135,7 +135,7 @@ class Calls:
         answer: dict[str, Any]
         try:
             try:
-                res = await self.wiring.face.call(seat, name, args)
+                res = await self._asked(conn, seat, name, args)
                 answer = {"result": _shaped(res, conn.protocol_version)}
             except Unknown as e:
                 answer = {"error": {"code": INVALID_PARAMS, "message": str(e)}}
@@ -157,6 +157,23 @@ class Calls:
         finally:
             self.running.pop(key, None)
             self.cancelled.discard(key)
+
+    async def _asked(self, conn: Any, seat: Any, name: str, args: dict[str, Any]
+                     ) -> dict[str, Any]:
+        """Face.call, its question, if the tree asks one, put to the user by an
+        elicitation/create on the connection (consent/ask.py)."""
+        broker = getattr(self.wiring, "consent", None)
+        if broker is None:
+            return await self.wiring.face.call(seat, name, args)
+        from mcp_types import ElicitRequest, ElicitRequestFormParams
+        from .consent.ask import elicit, target
+
+        async def send(text: str, schema: dict) -> Any:
+            return await conn.send_request(ElicitRequest(params=ElicitRequestFormParams(
+                message=text, requested_schema=schema)))
+        tool, targs = target(self.wiring.face, name, args)
+        with broker.waiting(seat, tool, targs, elicit(send, conn.client_capabilities)):
+            return await self.wiring.face.call(seat, name, args)
 
     async def _write(self, rid: Any, answer: dict[str, Any]) -> None:
         line = json.dumps({"jsonrpc": "2.0", "id": rid, **answer}, ensure_ascii=False,

@@ -30,6 +30,7 @@ import anyio
 
 from ..serve import dial
 from .face import Face
+from .search.mode import mode_of
 from .ninep import NineP, NinePError, nothing_answers
 
 
@@ -200,12 +201,21 @@ async def _unknown_tools(nine: NineP, names: list[str]) -> None:
 
 async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
                  http: Any, lines: Any = None, reading: Any = None) -> int:
+    from .consent.broker import Broker
     from .server import Wiring
     nine, addr, local = got
+    broker = await Broker().start()     # the face asks its users for the tree (consent/)
+    why = await broker.register(nine)
+    if why is not None:
+        print(f"toolsrv mcp: consent: {addr} did not take this face as the broker of its "
+              f"calls ({why}): a call that needs a yes is asked of the server's approval "
+              "broker instead", file=sys.stderr, flush=True)
 
     async def redial() -> NineP:
-        return await NineP.connect(addr, tls=_tls(args) if local is None else None)
-    face = Face(redial, only=_names(args.tools), search=args.search, session=args.session,
+        again = await NineP.connect(addr, tls=_tls(args) if local is None else None)
+        await broker.register(again)        # a new connection: named again
+        return again
+    face = Face(redial, only=_names(args.tools), search=mode_of(args), session=args.session,
                 agent=args.agent, cwd=os.path.abspath(args.cwd) if args.cwd else None,
                 where=addr)
     face.nine = nine
@@ -214,6 +224,7 @@ async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
     if local is not None:               # said in initialize's instructions too (server.py)
         face.standalone = args.addr or str(dial.default_addr())
     wiring = Wiring(face, pid=str(os.getppid()) if http is None else None)
+    wiring.consent = broker
     fast = None
     if lines is not None:               # our stdio wire: the steady-state calls (fast.py)
         from .fast import Calls
@@ -236,6 +247,7 @@ async def _serve(args: Any, got: tuple[NineP, str, Local | None], streams: Any,
                 lines[0].tap = None
                 await fast.close()
             await face.close()
+            await broker.close()
             if local is not None:
                 await local.stop()
     return 0

@@ -39,6 +39,7 @@ from mcp.server.subscriptions import (InMemorySubscriptionBus, ListenHandler,
 from mcp.shared.exceptions import MCPError
 
 from . import extras
+from .consent import ask as consent
 from .face import Face, Seat, Unknown, clean_name
 from .tasks.serve import Tasks
 from .tools import SEARCH_TOOLS
@@ -103,6 +104,8 @@ class Wiring:
         self.subscribed: set[int] = set()   # connections subscribed to the log
         self.fast: Any = None               # fast.py's Calls, over stdio
         self.stop: Any = None               # http.py: ask uvicorn to stop (a signal came)
+        self.consent: Any = None            # consent/broker.py: the face's broker (run.py)
+        self.kept = consent.Kept()          # 2026-era questions awaiting their retry
         with warnings.catch_warnings():   # roots: deprecated in the 2026 era (SEP-2577) only
             warnings.filterwarnings("ignore", "The roots capability is deprecated")
             self.server: Server[Any] = Server(
@@ -201,7 +204,7 @@ class Wiring:
         return types.ListToolsResult.model_validate(page)
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams
-                        ) -> types.CallToolResult:
+                        ) -> types.CallToolResult | types.InputRequiredResult:
         args = params.arguments if params.arguments is not None else {}
         seat, once = self.seat_of(ctx)
         if not seat.ready and seat.cwd is None and extras.wants_roots(ctx):
@@ -217,11 +220,13 @@ class Wiring:
                 task = await self.tasks.start(ctx, seat, once, params.name, args, work)
                 once = False            # the task's seat now: removed when the call ends
                 return task             # (tasks/serve.py: a handle, polled with tasks/get)
+            asked = consent.around(self.consent, self.kept, ctx, params, seat, self.face,
+                                   work, meta.get("principal"))    # consent/ask.py
             if extras.progress_token(params) is not None:
                 res = await extras.with_progress(
-                    ctx, params.name, work, lambda: self.face.status(seat, params.name, args))
+                    ctx, params.name, asked, lambda: self.face.status(seat, params.name, args))
             else:
-                res = await work()
+                res = await asked()
         except Unknown as e:
             raise MCPError(types.INVALID_PARAMS, str(e)) from None
         finally:
@@ -234,6 +239,8 @@ class Wiring:
                 await conn.send_resource_updated(extras.LOG_URI)
             except Exception as e:
                 log.debug("resources/updated not sent: %s", e)
+        if not isinstance(res, dict):       # input_required: the user is asked first
+            return res
         return _result(res)
 
     # -- prompts, the log, roots (extras.py) --

@@ -211,9 +211,10 @@ _CHECKERS: dict[str, Callable[[Any, str], Any]] = {
     "tier": _tier, "cmd": _cmd, "scope": _string, "outputFormat": _string,
     "resetsCounter": _boolean, "readOnly": _boolean, "resident": check_resident,
     "title": _string, "destructive": _boolean, "idempotent": _boolean,
-    "outputSchema": _output_schema, "secrets": _secrets,
+    "outputSchema": _output_schema, "secrets": _secrets, "confirm": _boolean,
 }
-HINTS = ("title", "destructive", "idempotent", "outputSchema")   # kept as written
+# kept as written (tools/<name>/meta); `confirm`: a person's yes before each run (issue 48.2)
+HINTS = ("title", "destructive", "idempotent", "outputSchema", "confirm")
 FIELDS = tuple(_CHECKERS)
 
 

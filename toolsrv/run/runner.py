@@ -389,7 +389,9 @@ class Runner:
             ask = {"session": req.context.get("session"), "agent": req.context.get("agent"),
                    "tool": req.context.get("tool"), "args": req.context.get("args"),
                    "cwd": req.cwd, "reach": reach(uid, name)}
-            sock = self.config.bypass_socket or os.environ.get("OLLIE_BYPASS_SOCKET")
+            # the broker the call's connection named (tree/policy/consent.py), else ours
+            sock = req.context.get("broker") or self.config.bypass_socket or \
+                os.environ.get("OLLIE_BYPASS_SOCKET")
             ok, reason = await request_approval(sock, ask, self.config.approval_timeout)
             return None if ok else f"elevation denied (permission denied): {reason}"
         missing = missing_parts(req.profile, self.status, self.launcher.netns)

@@ -43,6 +43,7 @@ from .sessiondirs import AgentDir, after_save
 from ..errors import fit
 from ..record import Plain
 from .calls.jsonargs import json_state
+from .policy.consent import broker_of
 from .policy.who import name_of
 from .state.audit import principal
 from .state.sessions import Agent
@@ -257,7 +258,8 @@ class CallFile(Node):
             self._refuse(P9Error(fit("invalid args: ", val)))
         scope = getattr(getattr(fid.conn, "config", None), "guard", None)
         who = name_of(fid, val) if d.calls.policy is not None else None   # tree/policy
-        got = d.calls.begin(d.a, d.tool, val, getattr(scope, "parent", None), who)
+        got = d.calls.begin(d.a, d.tool, val, getattr(scope, "parent", None), who,
+                            broker_of(fid))        # tree/policy/consent.py
         if not inspect.isawaitable(got):
             _made(fid, got)
             return len(data)

@@ -124,36 +124,48 @@ class Calls:
 
     # -- call --
     def begin(self, a: Agent, tool_name: str, args: Any, parent: Call | None = None,
-              who: str | None = None) -> Call | Awaitable[Call]:
+              who: str | None = None, broker: str | None = None) -> Call | Awaitable[Call]:
         """Validate args and start the call, or raise the Rerror for the writer.  A check
         that can run a regex, or that takes more than LOOP_STEPS keywords, is made (again)
         in a thread with its whole budget (schemaref: regex, steps), and then this is an
         awaitable of the Call.  `parent`: the running call whose connection wrote it,
         whose child it is (nested.py).  `who`: the principal it is made for, whose
-        policy it must pass first (tree/policy/gate.py); a call the policy asks to be
-        confirmed waits for the approval broker's answer."""
+        policy it must pass first (tree/policy/gate.py); a call the policy or its tool's
+        .meta (`confirm`) asks to be confirmed waits for the approval broker's answer
+        (tree/policy/consent.py): `broker`, the one the writer's connection named, else
+        the server's.  An elevated call is asked about once, by the runner, at that
+        same broker."""
         tool = self.registry.get(tool_name)
         if tool is None or tool_name not in a.loaded:
             raise P9Error(f"no such tool: {tool_name}")
         if parent is not None and (parent.done.is_set() or parent.agent is not a):
             parent = None           # its run is over (or another agent's): a call of its own
+        ask = None
         if self.policy is not None and who is not None:
             try:
                 ask = self.policy.check_call(who, tool_name, parent is not None)
             except P9Error as e:
                 self._refused(a, tool_name, args, e)
                 raise
-            if ask:
-                return self._confirmed(ask, a, tool_name, args, parent, who)
-        return self._begin(a, tool_name, tool, args, parent, who)
+        if ask is None and (getattr(tool, "hints", None) or {}).get("confirm") is True:
+            ask = "confirm"                 # its .meta's (tree/policy/consent.py)
+        elevated = isinstance(args, dict) and args.get("elevated") is True \
+            and getattr(tool, "remote", None) is None   # the runner asks: one question
+        if ask and not elevated:
+            return self._confirmed(ask, a, tool_name, args, parent, who, broker)
+        return self._begin(a, tool_name, tool, args, parent, who, broker)
 
     async def _confirmed(self, where: str, a: Agent, tool_name: str, args: Any,
-                         parent: Call | None, who: str) -> Call:
-        """The call once the approval broker confirmed it (policy.yaml's `confirm`)."""
+                         parent: Call | None, who: str | None, broker: str | None) -> Call:
+        """The call once the approval broker confirmed it (policy.yaml's `confirm`, or
+        its .meta's)."""
         try:
+            if self.policy is None:
+                raise P9Error(fit(f"permission denied: confirm: {tool_name} needs a "
+                                  "person's yes: ", "this server asks no broker", ""))
             await self.policy.confirm(where, who, {
                 "session": a.session.name, "agent": a.name, "tool": tool_name,
-                "args": args, "cwd": a.session.cwd})
+                "args": args, "cwd": a.session.cwd}, broker)
             tool = self.registry.get(tool_name)
             if tool is None or tool_name not in a.loaded:
                 raise P9Error(f"no such tool now: {tool_name} (it changed or was unloaded "
@@ -161,11 +173,11 @@ class Calls:
         except P9Error as e:
             self._refused(a, tool_name, args, e)
             raise
-        got = self._begin(a, tool_name, tool, args, parent, who)
+        got = self._begin(a, tool_name, tool, args, parent, who, broker)
         return await got if inspect.isawaitable(got) else got
 
     def _begin(self, a: Agent, tool_name: str, tool: Any, args: Any, parent: Call | None,
-               who: str | None) -> Call | Awaitable[Call]:
+               who: str | None, broker: str | None = None) -> Call | Awaitable[Call]:
         try:
             if not isinstance(args, dict):
                 raise P9Error(fit("invalid args: ", "must be a JSON object"))
@@ -178,22 +190,22 @@ class Calls:
                 slow = uses_regex(tool.schema)
             if slow:
                 return self._begin_checked(a, tool_name, tool, args, elevated, parent, meta,
-                                           who)
+                                           who, broker)
             try:
                 validate(tool, args, LOOP_STEPS)
             except StepsSpent:
                 return self._begin_checked(a, tool_name, tool, args, elevated, parent, meta,
-                                           who)
+                                           who, broker)
             timebound.check(tool, args, timebound.limit(tool, a.session.sandbox, self.timeout))
         except P9Error as e:
             self._refused(a, tool_name, args, e)
             raise
-        return self._start(a, tool_name, tool, args, elevated, parent, meta, who)
+        return self._start(a, tool_name, tool, args, elevated, parent, meta, who, broker)
 
     async def _begin_checked(self, a: Agent, tool_name: str, tool: Any, args: dict,
                              elevated: bool, parent: Call | None,
                              meta: dict[str, str] | None = None,
-                             who: str | None = None) -> Call:
+                             who: str | None = None, broker: str | None = None) -> Call:
         try:
             await asyncio.get_running_loop().run_in_executor(_checks(), validate, tool, args)
             if self.registry.get(tool_name) is not tool or tool_name not in a.loaded:
@@ -203,7 +215,7 @@ class Calls:
         except P9Error as e:
             self._refused(a, tool_name, args, e)
             raise
-        return self._start(a, tool_name, tool, args, elevated, parent, meta, who)
+        return self._start(a, tool_name, tool, args, elevated, parent, meta, who, broker)
 
     def _refused(self, a: Agent, tool_name: str, args: Any, e: P9Error) -> None:
         self.latest(a)[tool_name] = invalid_call(tool_name, a, e.ename)
@@ -211,9 +223,10 @@ class Calls:
 
     def _start(self, a: Agent, tool_name: str, tool: Any, args: dict, elevated: bool,
                parent: Call | None = None, meta: dict[str, str] | None = None,
-               who: str | None = None) -> Call:
+               who: str | None = None, broker: str | None = None) -> Call:
         text = _to_json(args)       # the log line's, and the tool's stdin
         c = Call(tool_name, a, args, elevated)
+        c.broker = broker           # the runner asks it when the call is elevated
         c.meta = meta or {}         # jsonargs.take_meta: its principal and traceparent
         try:
             c.stdin = text.encode()

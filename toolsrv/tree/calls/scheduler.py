@@ -91,6 +91,8 @@ class Call(Plain):
         self.arrived = self.started         # begun as it arrived
         self.trace: str | None = None       # that span's traceparent, for its run and remotes
         self.secrets: Values | None = None  # its tool's secrets while it runs (run/secrets.py)
+        self.broker: str | None = None      # the approval broker its writer's connection
+                                            # named (tree/policy/consent.py), else None
 
     @property
     def stdout(self) -> bytes:
@@ -336,7 +338,8 @@ class Scheduler:
                                  json.dumps(call.args).encode(), cwd=s.cwd, env=env,
                                  profile=profile, tool_dir=tool.dir, elevated=call.elevated,
                                  context={"session": s.name, "agent": call.agent.name,
-                                          "tool": call.tool, "args": call.args, "cwd": s.cwd},
+                                          "tool": call.tool, "args": call.args, "cwd": s.cwd,
+                                          "broker": call.broker},
                                  kill=call.kill, timeout=seconds if cut else None,
                                  extra_fds=(conn.fileno(),) if conn is not None else (),
                                  warm=None if (getattr(tool, "extra", None) or {}).get(

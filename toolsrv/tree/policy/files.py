@@ -14,12 +14,12 @@ first anyway), so no agent lifts a block on itself; any other writer is refused
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ...errors import P9Error, fit
 from ..node import Node, TextFile, answer_read, answered
 from ..state.audit import principal
+from .consent import operator
 from .gate import PolicyGate
 
 VERBS = ("block", "unblock")
@@ -79,14 +79,6 @@ class BlockFile(Node):
 
     def truncate(self, fid: Any) -> None:
         return None
-
-
-def operator(who: dict | None) -> bool:
-    """A writer of /block: a Unix peer of our uid or root, not a tool's connection."""
-    if not who:
-        return False
-    return who.get("kind") == "unix" and not who.get("via") \
-        and who.get("uid") in (os.geteuid(), 0)
 
 
 def add_files(fs: Any, gate: PolicyGate) -> None:

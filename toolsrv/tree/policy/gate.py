@@ -257,18 +257,14 @@ class PolicyGate:
                               "among them", ""))
         return rule.named("confirm") if what == "call" else None
 
-    async def confirm(self, where: str, who: str, request: dict) -> None:
-        """Ask the approval broker (run/elevation.py) to confirm a call; raise the refusal
-        naming the rule when it does not say yes."""
-        from ...run.elevation import request_approval
-        reach = (f"policy.yaml ({where}) asks you to confirm this call for {who}; it runs in "
-                 "its sandbox as every call does")
-        ok, why = await request_approval(self.broker, {**request, "principal": who,
-                                                       "confirm": where, "reach": reach},
-                                         self.approval_timeout)
-        if not ok:
-            raise P9Error(fit(f"{EPOLICY}{where}: {request.get('tool')} needs the "
-                              "approval broker's yes (toolsrv approve): ", why, ""))
+    async def confirm(self, where: str, who: str | None, request: dict,
+                      broker: str | None = None) -> None:
+        """Ask the approval broker (run/elevation.py) to confirm a call: `broker`, the
+        one the call's connection named (consent.py), else the server's; raise the
+        refusal naming the rule (`where`: policy.yaml's, or the .meta's `confirm`) when
+        it does not say yes."""
+        from .consent import confirm
+        await confirm(broker or self.broker, self.approval_timeout, where, who, request)
 
     # -- the kill switch --
     def block(self, words: list[str], who: Any) -> int:
