@@ -42,7 +42,10 @@ __version__ = "0.1.0"
 # A checkout on sys.path (`python -m pytest` run in it, PYTHONPATH): the codec's source is
 # proto/ beside toolsrv/, mapped to toolsrv/proto/ only in the wheel and the editable
 # install's link tree, so the checkout's top joins the package's path to find it there.
-if not _os.path.isdir(_os.path.join(__path__[0], "proto")) and \
-        _os.path.isfile(_os.path.join(_os.path.dirname(__path__[0]), "proto", "__init__.py")):
-    __path__.append(_os.path.dirname(__path__[0]))
-del _os
+# (Run as a plain module, as tests/test_error_words.py imports each file, it has no
+# __path__ and nothing to do.)
+_path = globals().get("__path__")
+if _path and not _os.path.isdir(_os.path.join(_path[0], "proto")) and \
+        _os.path.isfile(_os.path.join(_os.path.dirname(_path[0]), "proto", "__init__.py")):
+    _path.append(_os.path.dirname(_path[0]))
+del _os, _path
