@@ -9,7 +9,8 @@
     toolsrv sandbox check [PROFILE]      toolsrv approve [--allow TOOL...]
     toolsrv mount [MOUNTPOINT]           toolsrv umount [MOUNTPOINT]
     toolsrv import-mcp [--prefix P] [--dir DIR] [--force] -- COMMAND [ARGS...]
-    toolsrv mcp [-a ADDR] [--session ID] [--agent NAME] [--tools a,b] [--search]
+    toolsrv mcp [-a ADDR] [--session ID] [--agent NAME] [--tools a,b]
+                [--search [always|auto] [--search-budget BYTES]] [--pin a,b]
                 [--http HOST:PORT [--listen-any] [--token-file FILE | --no-token]
                  [--idle-timeout S] [--max-sessions N]]   (doc/mcp.md)
     toolsrv mcp --config [claude|cursor|vscode]   (a client's configuration JSON)
@@ -166,8 +167,15 @@ def _mcp_parser(m: argparse.ArgumentParser) -> None:
                    "pid, removed when it ends)")
     m.add_argument("--agent", metavar="NAME", help="the agent (default: the client's name)")
     m.add_argument("--tools", metavar="A,B,...", help="list and call only these tools")
-    m.add_argument("--search", action="store_true", help="list only search_tools (over "
-                   "tools/search) and call_tool, for large registries")
+    m.add_argument("--search", nargs="?", const="always", choices=("always", "auto"),
+                   help="list search_tools (over tools/search) and call_tool instead of "
+                   "every tool, for large registries: always (the default), or auto: every "
+                   "tool while their definitions fit --search-budget, the two past it")
+    m.add_argument("--search-budget", metavar="BYTES", type=_budget, help="the bytes of "
+                   "tool definitions (tools/list's JSON) --search auto lists in full "
+                   "(default 35000: about 10,000 tokens, 5%% of a 200k-token context window)")
+    m.add_argument("--pin", metavar="A,B,...", action="append", default=[],
+                   help="list these tools beside search_tools and call_tool (repeatable)")
     m.add_argument("--cwd", metavar="DIR", help="the working directory of a session made "
                    "here (default: the current directory)")
     m.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP at "
@@ -200,6 +208,18 @@ def _mcp_parser(m: argparse.ArgumentParser) -> None:
                    "mcpServers for Claude Desktop and Cursor (the default), servers for "
                    "vscode; serves nothing")
     m.add_argument("-v", dest="verbose", action="store_true", help="log more")
+
+
+def _budget(s: str) -> int:
+    """--search-budget's BYTES: a whole number, 0 or more."""
+    import argparse
+    try:
+        n = int(s)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{s!r}: give the bytes, a whole number")
+    return n
 
 
 class _Retry(Exception):
@@ -275,6 +295,10 @@ def mcp_missing() -> str:
 
 def mcp_verb(args: Any) -> int:
     """`toolsrv mcp`: the MCP face (toolsrv/mcp/); the SDK is imported there alone."""
+    if args.search_budget is not None and args.search != "auto":
+        print("toolsrv mcp: --search-budget is the budget of --search auto: give both",
+              file=sys.stderr)
+        return 2
     if getattr(args, "config", None):     # a client's configuration: needs no SDK
         from .mcpconfig import print_config
         return print_config(args)

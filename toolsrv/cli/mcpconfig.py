@@ -45,9 +45,14 @@ def mcp_args(args: Any) -> list[str]:
                        ("--cwd", os.path.abspath(args.cwd) if args.cwd else None)):
         if value:
             out += [opt, value]
-    for opt, on in (("--search", args.search), ("--no-standalone", args.no_standalone)):
-        if on:
-            out.append(opt)
+    if args.search:
+        out += ["--search"] + ([args.search] if args.search != "always" else [])
+    if getattr(args, "search_budget", None) is not None:
+        out += ["--search-budget", str(args.search_budget)]
+    for pins in getattr(args, "pin", None) or []:
+        out += ["--pin", pins]
+    if args.no_standalone:
+        out.append("--no-standalone")
     return out
 
 

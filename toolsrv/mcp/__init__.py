@@ -17,7 +17,8 @@
 # `io.modelcontextprotocol/tasks` extension (a call run in the background, polled with
 # tasks/get, cancelled with tasks/cancel, its record and result kept in the state home);
 # consent/ the face as the approval broker of its own calls, asking the client's user
-# (elicitation, input_required) before a call that needs a person's yes.
+# (elicitation, input_required) before a call that needs a person's yes; search/ the
+# search mode (--search [always|auto], --pin): what tools/list lists past a budget.
 #
 # May import app and everything below it (standalone mode starts an App); imported only
 # by cli/ (the `mcp` verb), so `serve` never loads the SDK.

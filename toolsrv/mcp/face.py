@@ -28,9 +28,11 @@ does is what an agent does with `rdwr`:
              Calls; doc/sandbox.md).
   watch      an rdwr of `revwait` with the revision last seen, forever: each answer that
              differs invalidates the listing and calls `changed()`.
-  search     `--search` lists two tools instead of the registry: search_tools writes the
-             need (first line `limit N`) to `tools/search` and reads back
-             `name<TAB>score<TAB>description` lines, best first; call_tool calls by name.
+  search     `--search` lists two tools instead of the registry (search/mode.py: always,
+             or past a budget with `--search auto`; pinned tools beside them):
+             search_tools writes the need (first line `limit N`) to `tools/search` and
+             reads back `name<TAB>score<TAB>description` lines, best first; call_tool
+             calls by name.  Both are served whenever a search mode is on.
 
 Invariant: every error a client can cause (an unknown tool, args that are not an
 object, a tool that fails) is an `Unknown` or an error result, never an exception that
@@ -45,8 +47,9 @@ import re
 from typing import Any, Awaitable, Callable
 
 from .ninep import NineP, NinePError
-from .tools import (CALL_TOOL, SEARCH_LIMIT, SEARCH_TOOL, SEARCH_TOOLS, Tool, call_result,
-                    closest, error_result, tool_of)
+from .search.mode import Mode
+from .tools import (CALL_TOOL, SEARCH_LIMIT, SEARCH_TOOL, Tool, call_result, closest,
+                    error_result, tool_of)
 
 
 class Unknown(Exception):
@@ -92,12 +95,15 @@ class Face:
     """toolsrv's tree seen as MCP tools (see the module's comment)."""
 
     def __init__(self, dial: Callable[[], Awaitable[NineP]], *, only: list[str] | None = None,
-                 search: bool = False, session: str | None = None, agent: str | None = None,
-                 cwd: str | None = None, where: str = "toolsrv") -> None:
+                 search: bool | Mode = False, session: str | None = None,
+                 agent: str | None = None, cwd: str | None = None,
+                 where: str = "toolsrv") -> None:
         self._dial = dial
         self.where = where                      # the address, for error messages
         self.only = set(only) if only else None
-        self.search = search
+        # the search mode (search/mode.py; True: always), None without --search
+        self.mode = search if isinstance(search, Mode) else Mode() if search else None
+        self.search = self.mode is not None     # search_tools and call_tool are served
         self.session, self.agent = session, agent
         self.cwd = cwd
         self.nine: NineP | None = None
@@ -185,10 +191,11 @@ class Face:
                 self._networks[profile] = None
         return self._networks[profile]
 
-    async def listing(self) -> list[Tool]:
-        """What tools/list answers."""
-        if self.search:
-            return SEARCH_TOOLS
+    async def listing(self, may: Callable[[str], bool] | None = None) -> list[Tool]:
+        """What tools/list answers: the registry, or what the search mode lists (it
+        decides on the tools of a client that may call what `may` allows)."""
+        if self.mode is not None:
+            return self.mode.listing(await self.registry(), may)
         return list((await self.registry()).values())
 
     # -- seats --

@@ -42,7 +42,7 @@ from . import extras
 from .consent import ask as consent
 from .face import Face, Seat, Unknown, clean_name
 from .tasks.serve import Tasks
-from .tools import SEARCH_TOOLS
+from .tools import META
 from ..dirs.statedir import state_home
 from ..tree.calls.jsonargs import TRACEPARENT
 
@@ -60,9 +60,6 @@ refusal of the sandbox) comes back as an error result carrying toolsrv's full re
 read it and correct the call. Cancelling a call kills its process. The list of tools \
 follows the tools on disk (notifications/tools/list_changed).\
 """
-SEARCH_INSTRUCTIONS = """ This server lists two tools instead of its whole registry: \
-search_tools finds the tools for a need described in words, and call_tool calls one by \
-name with its arguments."""
 
 
 def standalone_instructions(tried: str | None) -> str:
@@ -110,7 +107,7 @@ class Wiring:
             warnings.filterwarnings("ignore", "The roots capability is deprecated")
             self.server: Server[Any] = Server(
                 "toolsrv", version=_version(),
-                instructions=INSTRUCTIONS + (SEARCH_INSTRUCTIONS if face.search else "")
+                instructions=INSTRUCTIONS + (face.mode.instructions() if face.mode else "")
                 + standalone_instructions(getattr(face, "standalone", None)),
                 on_list_tools=self.list_tools, on_call_tool=self.call_tool,
                 on_list_prompts=self.list_prompts, on_get_prompt=self.get_prompt,
@@ -191,7 +188,9 @@ class Wiring:
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         start = _offset(getattr(params, "cursor", None) if params is not None else None)
         try:
-            tools = _callable(ctx, await self.face.listing())
+            who = _principal(ctx)
+            tools = _callable(ctx, await self.face.listing(
+                who.may_call if who is not None else None))
         except Exception as e:
             raise MCPError(types.INTERNAL_ERROR, f"toolsrv: {e}") from None
         if start > len(tools):
@@ -326,14 +325,13 @@ def _context(ctx: Any, params: Any) -> dict[str, str]:
 
 def _callable(ctx: Any, tools: list[Any]) -> list[Any]:
     """The tools a request's principal may call (all, without OAuth), by name: the
-    listing's order is the names', whatever order the server's index had (--search's
-    two tools stay as they are)."""
-    if tools is SEARCH_TOOLS:
-        return tools
+    listing's order is the names', whatever order the server's index had (the search
+    mode's two tools first, as they are)."""
+    head = [t for t in tools if t.tier == META]
     who = _principal(ctx)
     if who is not None:
         tools = [t for t in tools if who.may_call(t.name)]
-    return sorted(tools, key=lambda t: t.name)
+    return head + sorted((t for t in tools if t.tier != META), key=lambda t: t.name)
 _CURSOR = "toolsrv-offset-"
 
 

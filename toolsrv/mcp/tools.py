@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 SEARCH_TOOL, CALL_TOOL = "search_tools", "call_tool"
 SEARCH_LIMIT = 10
+META = "meta"       # the tier of the search mode's two tools (a .meta's is hot, warm or cold)
 
 
 class Tool:
@@ -137,13 +138,13 @@ SEARCH_TOOLS = [
                  "type": "object", "required": ["name", "description", "inputSchema"],
                  "properties": {"name": {"type": "string"}, "score": {"type": "number"},
                                 "description": {"type": "string"},
-                                "inputSchema": {"type": "object"}}}}}}),
+                                "inputSchema": {"type": "object"}}}}}}, tier=META),
     Tool(CALL_TOOL, "Call a tool found with search_tools, by name, with its arguments "
          "(an object valid against that tool's inputSchema).",
          {"type": "object", "properties": {
              "name": {"type": "string", "description": "the tool's name"},
              "arguments": {"type": "object", "description": "the tool's arguments"}},
-          "required": ["name"], "additionalProperties": False}),
+          "required": ["name"], "additionalProperties": False}, tier=META),
 ]
 
 
