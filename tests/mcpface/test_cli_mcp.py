@@ -40,7 +40,12 @@ def test_the_verb_and_its_options_parse():
     a = parse(["mcp", "-a", "unix!/x", "--session", "s", "--agent", "a", "--tools", "x,y",
                "--search", "--http", "127.0.0.1:0", "--no-standalone"])
     assert (a.verb, a.addr, a.session, a.agent, a.tools, a.search, a.http,
-            a.no_standalone) == ("mcp", "unix!/x", "s", "a", "x,y", True, "127.0.0.1:0", True)
+            a.no_standalone) == ("mcp", "unix!/x", "s", "a", "x,y", "always", "127.0.0.1:0",
+                                 True)
+    a = parse(["mcp", "--search", "auto", "--search-budget", "9000", "--pin", "x,y",
+               "--pin", "z"])
+    assert (a.search, a.search_budget, a.pin) == ("auto", 9000, ["x,y", "z"])
+    assert parse(["mcp"]).search is None
     assert "mcp" in build_parser().format_help()
 
 
