@@ -15,6 +15,7 @@ streamable HTTP, on both eras where the era has the feature:
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -122,7 +123,10 @@ def test_traceparent_reaches_the_run_and_the_log(face):
     traced, plain, log = anyio.run(go)
     assert text(traced) == f'{TP}|{{"a": 1}}'
     assert text(plain) == '|{"a": 2}'           # the model's _meta never reached the tree
-    assert f'call traced {{"a": 1}} trace {TP} -> started' in log
+    # the HTTP principal the face passes on (the token by its hash, the peer), then the trace
+    who = f"bearer token sha256:{hashlib.sha256(face.token.encode()).hexdigest()[:12]}"
+    assert f'call traced {{"a": 1}} for {who} from uid {os.getuid()} trace {TP} -> started' \
+        in log
     assert "bob" not in log
 
 
