@@ -22,6 +22,8 @@ call:
   in order   while a tools/call passed to the SDK is in flight (a first call, one with
              `_meta`), none is taken: the calls of one agent keep the order they came in
              (server.py's middleware says when the SDK is done with each).
+  consent    a call the tree asks about (consent/) is put to the user by an
+             `elicitation/create` on the connection, as the SDK's path does
   cancelled  a `notifications/cancelled` naming a request taken here cancels its task
              (ninep.py flushes the read: toolsrv kills the run), and it is never
              answered, as the spec says and the SDK does; the notification is still

@@ -126,7 +126,7 @@ class ConsentFile(Node):
         try:
             fid.conn.consent_broker = path
         except AttributeError:
-            raise P9Error("consent: this connection keeps no broker") from None
+            raise P9Error(fit("consent: ", "this connection keeps no broker")) from None
         answered(fid, offset + len(data))
         return len(data)
 
