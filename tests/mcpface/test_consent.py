@@ -11,7 +11,8 @@ each era.  With the official Python SDK's clients:
   a client with no elicitation callback (no capability: it cannot ask) -> an error
   result saying so; the same on a steady connection's calls (fast.py's path);
 - the 2026-07-28 era (the SDK's Client over streamable HTTP, which drives
-  `input_required` itself): accept, decline, a client that cannot ask;
+  `input_required` itself): accept, decline, a client that cannot ask; and the
+  handshake era over streamable HTTP (the elicitation on the POST's stream);
 - a raw 2026-era transcript (the spec's retry: `inputResponses` and `requestState`):
   an accept sent with a `requestState` the face did not give, or with another call's,
   is not a yes: the face asks again, and nothing runs;
@@ -157,6 +158,29 @@ def test_the_current_era_asks_through_input_required(face):
     assert r.is_error is True and "the MCP client's user declined" in text(r), text(r)
     r = anyio.run(modern_call, face, None, "guarded", {})
     assert r.is_error is True and "cannot ask its user" in text(r), text(r)
+
+
+async def handshake_http_call(face, user, name, args):
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcphelpers import CLIENT
+    headers = {"Authorization": f"Bearer {face.token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120)) as hc:
+        async with streamable_http_client(face.url, http_client=hc) as (r, w):
+            async with ClientSession(r, w, client_info=CLIENT, elicitation_callback=user) as s:
+                with anyio.fail_after(60):
+                    await s.initialize()
+                    return await s.call_tool(name, args)
+
+
+def test_the_handshake_era_over_http_asks_on_the_requests_stream(face):
+    user = User("accept")
+    r = anyio.run(handshake_http_call, face, user, "guarded", {"h": 1})
+    assert r.is_error is False and text(r) == 'ran-guarded\n{"h": 1}', text(r)
+    assert len(user.asked) == 1
+    user = User("decline")
+    r = anyio.run(handshake_http_call, face, user, "guarded", {"h": 2})
+    assert r.is_error is True and "the MCP client's user declined" in text(r), text(r)
 
 
 def post(face, params: dict, rid: int = 1) -> dict:

@@ -210,3 +210,55 @@ def test_only_a_broker_is_named_and_only_by_the_operator(app):
             assert want in e.value.ename, e.value.ename
         assert c.read("consent") == b"broker none\n"
     os.rmdir(short)
+
+
+NOBODY = 65534
+AS_NOBODY = r"""
+import socket, struct, sys
+# a bare 9P2000 client (the system's python, which uid 65534 may run: not the venv's)
+sock = socket.socket(socket.AF_UNIX); sock.settimeout(30); sock.connect(sys.argv[1])
+def s(x): b = x.encode(); return struct.pack("<H", len(b)) + b
+def rpc(t, body):
+    sock.sendall(struct.pack("<IBH", 7 + len(body), t, 1) + body)
+    data = b""
+    while len(data) < 4 or len(data) < struct.unpack_from("<I", data)[0]:
+        data += sock.recv(65536)
+    if data[4] == 107:
+        raise RuntimeError(data[9:9 + struct.unpack_from("<H", data, 7)[0]].decode())
+    return data[7:]
+rpc(100, struct.pack("<I", 65536) + s("9P2000"))
+rpc(104, struct.pack("<II", 1, 0xFFFFFFFF) + s("nobody") + s(""))
+rpc(110, struct.pack("<IIH", 1, 2, 1) + s("consent"))
+try:
+    rpc(112, struct.pack("<IB", 2, 1))
+    data = ("broker " + sys.argv[2]).encode()
+    rpc(118, struct.pack("<IQI", 2, 0, len(data)) + data)
+    print("ok")
+except RuntimeError as e:
+    print(e)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs another uid to act as (root's setuid)")
+def test_another_uid_may_not_name_a_broker(tools_for_nobody, yes):
+    import subprocess
+    app = tools_for_nobody
+    r = subprocess.run(["/usr/bin/python3", "-I", "-c", AS_NOBODY, app.addr[len("unix!"):],
+                        yes.path], user=NOBODY, group=NOBODY, capture_output=True,
+                       text=True, timeout=60, cwd="/")
+    assert r.stdout.startswith("permission denied: consent: only the server's own uid"), \
+        (r.stdout, r.stderr)
+
+
+@pytest.fixture
+def tools_for_nobody():
+    d = tools_dir()
+    add_tool(d, "guarded", "#!/bin/sh\ncat\n", {"confirm": True})
+    a = AppThread([d], allow_uids=[NOBODY]).start()
+    path = a.addr[len("unix!"):]
+    os.chmod(a.tmp, 0o711)
+    os.chmod(os.path.dirname(path), 0o711)
+    os.chmod(path, 0o666)
+    yield a
+    a.cleanup()
+    shutil.rmtree(d, ignore_errors=True)
