@@ -121,6 +121,15 @@ def agent(c: Client, s: str, load: str = "guarded plain") -> str:
     return f"session/{s}/agent/a"
 
 
+def test_the_operators_broker_says_why_it_is_asked():
+    from toolsrv.cli.approve import format_request
+    text = format_request({"tool": "guarded", "session": "s", "agent": "a", "cwd": "/w",
+                           "args": {"approved": True}, "confirm": "confirm",
+                           "principal": "uid:1000", "reach": "it runs in its sandbox"})
+    assert text.startswith("confirmation request (the tool's .meta confirm, for uid:1000)")
+    assert '"approved": true' in text and "if approved: it runs in its sandbox" in text
+
+
 def test_the_meta_field_is_served_and_checked():
     from toolsrv.registry.metafile import MetaError, parse_meta
     assert parse_meta(b'{"confirm": true}').fields["confirm"] is True

@@ -58,8 +58,11 @@ def format_request(request: dict) -> str:
     args = json.dumps(request.get("args"), indent=2, sort_keys=True, default=str)
     peer = request.get("peer")
     frm = f" from pid {peer[0]}, {_who(peer[1])}" if isinstance(peer, (list, tuple)) else ""
-    what = (f"confirmation request ({request['confirm']} of policy.yaml, for "
-            f"{request.get('principal')})" if request.get("confirm") else "elevation request")
+    where = request.get("confirm")
+    what = ("elevation request" if not where else
+            f"confirmation request (the tool's .meta confirm, for {request.get('principal')})"
+            if where == "confirm" else         # tree/policy/consent.py's META_WHERE
+            f"confirmation request ({where} of policy.yaml, for {request.get('principal')})")
     text = (f"{what}{frm}: tool {request.get('tool')} "
             f"(session {request.get('session')}, agent {request.get('agent')})\n"
             f"  cwd: {request.get('cwd')}\n  args: {args.replace(chr(10), chr(10) + '  ')}")

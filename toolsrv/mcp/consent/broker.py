@@ -15,7 +15,10 @@ A question is answered only for a tools/call of this face that is waiting on it
 (`waiting`): the same session and agent (its seat), tool, and arguments (`_meta` and
 `elevated`, which the tree takes out of them, aside).  Its answer is what the waiter's
 `ask` returns, which asks the MCP client's user (ask.py).  A question nobody here waits
-for (a call written on this connection by no tools/call: none today) is a no.
+for (a call run as a task: tasks/ holds no waiter) is a no, and so is one that two
+waiting calls fit alike (the same agent, shared with --agent, calling the same tool with
+the same args at once): which user should answer cannot be told, and no one's yes may
+stand for another's.
 
 Who may ask.  A connection whose peer (SO_PEERCRED) is neither our uid nor root, or
 whose request does not carry the token (compared in constant time), is answered no at
@@ -120,12 +123,15 @@ class Broker:
 
     async def decide(self, req: dict) -> tuple[bool, str]:
         """The answer to one question of the tree."""
-        for w in self.waiters:
-            if w.fits(req):
-                w.asked.append(req)
-                return await w.ask(req)
-        return False, (f"no MCP request of this face waits for this call of "
-                       f"{req.get('tool')}: nobody was asked")
+        fit = [w for w in self.waiters if w.fits(req)]
+        if len(fit) > 1:            # alike calls of one agent (a shared --agent): whose?
+            return False, (f"{len(fit)} alike calls of {req.get('tool')} wait on this "
+                           "face: it cannot tell whose user to ask; call it again")
+        if not fit:
+            return False, (f"no MCP request of this face waits for this call of "
+                           f"{req.get('tool')}: nobody was asked")
+        fit[0].asked.append(req)
+        return await fit[0].ask(req)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
                      ) -> None:
