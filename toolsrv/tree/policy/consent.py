@@ -40,18 +40,6 @@ from ..state.audit import principal
 META_WHERE = "confirm"      # the refusal's rule name when the tool's .meta asks
 
 
-def needs_yes(tool: Any) -> bool:
-    """Whether the tool's .meta asks a person's yes before each run."""
-    return (getattr(tool, "hints", None) or {}).get("confirm") is True
-
-
-def elevated_here(tool: Any, args: Any) -> bool:
-    """Whether the runner will ask (an elevated call of a tool this server runs): then
-    the tree does not ask first (one question, the runner's)."""
-    return isinstance(args, dict) and args.get("elevated") is True \
-        and getattr(tool, "remote", None) is None
-
-
 def broker_of(fid: Any) -> str | None:
     """The broker the connection of `fid` named on /consent, or None (the server's)."""
     conn = getattr(fid, "conn", None)
