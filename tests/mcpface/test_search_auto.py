@@ -52,7 +52,7 @@ def test_under_the_budget_every_tool_is_listed(server):
     assert not set(META) & set(got)
     assert got == sorted(got)
     assert via.is_error is False and json.loads(text(via)) == {"v": 1}
-    assert "35,000 bytes" in instructions and "search_tools" in instructions
+    assert "70,000 bytes" in instructions and "search_tools" in instructions
 
 
 def test_past_the_budget_the_search_tools_and_the_pinned_ones(server):

@@ -173,7 +173,7 @@ def _mcp_parser(m: argparse.ArgumentParser) -> None:
                    "tool while their definitions fit --search-budget, the two past it")
     m.add_argument("--search-budget", metavar="BYTES", type=_budget, help="the bytes of "
                    "tool definitions (tools/list's JSON) --search auto lists in full "
-                   "(default 35000: about 10,000 tokens, 5%% of a 200k-token context window)")
+                   "(default 70000: about 20,000 tokens, 10%% of a 200k-token context window)")
     m.add_argument("--pin", metavar="A,B,...", action="append", default=[],
                    help="list these tools beside search_tools and call_tool (repeatable)")
     m.add_argument("--cwd", metavar="DIR", help="the working directory of a session made "

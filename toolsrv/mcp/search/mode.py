@@ -29,7 +29,7 @@ from ..tools import CALL_TOOL, SEARCH_TOOL, SEARCH_TOOLS, Tool, closest
 
 ALWAYS, AUTO = "always", "auto"
 KINDS = (ALWAYS, AUTO)
-BUDGET = 35_000     # bytes: 10,000 tokens at 3.5 bytes a token, 5% of a 200k window
+BUDGET = 70_000     # bytes: 20,000 tokens at 3.5 bytes a token, 10% of a 200k window
 
 
 def size(tool: Tool) -> int:
