@@ -9,7 +9,8 @@ each era.  With the official Python SDK's clients:
   `elicitation/create` the elicitation callback answers: accept -> the call runs (its
   question names the tool and shows its args); decline -> an error result saying so;
   a client with no elicitation callback (no capability: it cannot ask) -> an error
-  result saying so; the same on a steady connection's calls (fast.py's path);
+  result saying so; the same on a steady connection's calls (fast.py's path), and for
+  `call_tool` of the search mode, asked about the tool it calls;
 - the 2026-07-28 era (the SDK's Client over streamable HTTP, which drives
   `input_required` itself): accept, decline, a client that cannot ask; and the
   handshake era over streamable HTTP (the elicitation on the POST's stream);
@@ -109,6 +110,20 @@ def test_a_declining_user_and_a_client_that_cannot_ask_are_a_no(server, tools):
     assert r.is_error is True and "ran-guarded" not in text(r)
     assert "the MCP client cannot ask its user (it declared no elicitation capability)" \
         in text(r), text(r)
+
+
+def test_call_tool_of_the_search_mode_asks_about_the_tool_it_calls(server, tools):
+    async def go(user):
+        async with stdio_face("-a", server.addr, "--search", elicitation_callback=user) as s:
+            with anyio.fail_after(60):
+                return await s.call_tool("call_tool", {"name": "guarded",
+                                                       "arguments": {"q": 1}})
+    user = User("accept")
+    r = anyio.run(go, user)
+    assert r.is_error is False and 'ran-guarded\n{"q": 1}' in text(r), text(r)
+    assert len(user.asked) == 1 and "before it runs guarded" in user.asked[0]
+    r = anyio.run(go, User("decline"))
+    assert r.is_error is True and "the MCP client's user declined" in text(r), text(r)
 
 
 def test_an_elevated_call_says_it_leaves_the_sandbox(server, tools):
