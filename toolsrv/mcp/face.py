@@ -95,7 +95,7 @@ class Face:
     """toolsrv's tree seen as MCP tools (see the module's comment)."""
 
     def __init__(self, dial: Callable[[], Awaitable[NineP]], *, only: list[str] | None = None,
-                 search: bool | Mode = False, session: str | None = None,
+                 search: bool | Mode | None = False, session: str | None = None,
                  agent: str | None = None, cwd: str | None = None,
                  where: str = "toolsrv") -> None:
         self._dial = dial
