@@ -21,7 +21,9 @@ each era.  With the official Python SDK's clients:
   user as an argument, and a decline still refuses;
 - an elevated call's question says it runs outside the sandbox and what it may reach;
 - a nested call from a running tool (client_9p, on its own connection) to a confirm tool
-  is never put to the face's user, whose yes to the parent covers nothing of it.
+  is never put to the face's user, whose yes to the parent covers nothing of it;
+- in process: no answer within the face's wait is a no, and a kept 2026-era question
+  is used once and not past its time.
 """
 from __future__ import annotations
 
@@ -240,3 +242,30 @@ def test_a_yes_without_the_questions_id_is_no_yes(face):
     used = post(face, {"name": "guarded", "arguments": {"a": 1}, "inputResponses": YES,
                        "requestState": again["requestState"]})["result"]
     assert used.get("resultType") == "input_required", used        # one use
+
+
+# -- the face's own rules, in process --
+def test_no_answer_in_time_is_a_no(monkeypatch):
+    from toolsrv.mcp.consent import ask
+    monkeypatch.setattr(ask, "WAIT", 0.2)
+
+    async def never(text, schema):
+        await anyio.sleep(3600)
+    caps = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+    got = anyio.run(ask.elicit(never, caps), {"tool": "guarded", "args": {}, "confirm": "c"})
+    assert got == (False, "the MCP client's user did not answer within 0.2s")
+    no_caps = anyio.run(ask.elicit(never, types.ClientCapabilities()), {"tool": "guarded"})
+    assert no_caps == (False, ask.CANNOT)
+    assert ask.answer({"action": "accept", "content": {"approve": False}}) == (
+        False, "the MCP client's user did not tick approve")
+
+
+def test_a_kept_question_is_used_once_and_not_past_its_time(monkeypatch):
+    from toolsrv.mcp.consent import ask
+    kept = ask.Kept()
+    sid = kept.keep("q")
+    assert not kept.take(sid, "another question")           # and used up by the try
+    sid = kept.keep("q")
+    assert kept.take(sid, "q") and not kept.take(sid, "q")
+    monkeypatch.setattr(ask, "KEEP", -1.0)                 # kept no time at all
+    assert not kept.take(kept.keep("q"), "q")
