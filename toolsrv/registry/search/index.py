@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -282,11 +283,14 @@ class SearchIndex:
             for w in words(texts.get(field, "")):
                 tf[w] = tf.get(w, 0.0) + weight
         dl = sum(tf.values())
-        self._tools[slot], self._terms[slot], self._dl[slot] = tool, tuple(tf), dl
+        # one string object per term, shared by the postings' keys and every tool's terms
+        # (not a copy per tool that holds it: 238,000 of them at 10,000 tools, 12 MiB)
+        terms = tuple(map(sys.intern, tf))
+        self._tools[slot], self._terms[slot], self._dl[slot] = tool, terms, dl
         self._dl_total += dl
         self._slot[name] = slot
         post, arrays, tfs = self._post, self._arrays, self._tfs
-        for w, f in tf.items():
+        for w, f in zip(terms, tf.values()):
             post.setdefault(w, {})[slot] = tfs.setdefault(f, f)
             arrays.pop(w, None)
         self._dl_arr = None
