@@ -89,3 +89,13 @@ def test_a_remotes_junk_metadata_cannot_grow_the_front_past_its_budget(loop_prob
                     ) in errors
         finally:
             front.cleanup()
+
+
+def test_every_hint_of_a_meta_has_a_kind_a_remote_is_held_to():
+    """A field added to metafile.HINTS must be typed here too: an import of any remote
+    whose meta carried it failed with a KeyError (5 tests of tests/hosts, in CI)."""
+    from toolsrv.hosts.remote import _hints
+    from toolsrv.registry.metafile import HINTS
+    assert _hints({k: object() for k in HINTS}) == {}       # none of the right type: dropped
+    assert _hints({"confirm": True, "title": "T", "destructive": "yes"}) == \
+        {"confirm": True, "title": "T"}

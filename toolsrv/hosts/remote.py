@@ -153,6 +153,8 @@ def make(prefix: str, tool: str, remote: Any, where: str, meta_text: bytes,
 
 def _hints(meta: dict) -> dict[str, Any]:
     """The MCP hints of the remote's meta (metafile.HINTS) that have their right types:
-    anything else is left out, never trusted."""
-    kinds = {"title": str, "destructive": bool, "idempotent": bool, "outputSchema": dict}
+    anything else is left out, never trusted.  A remote's `confirm` is kept: it can only
+    make the front ask a person too (tree/policy/consent.py), never spare a question."""
+    kinds = {"title": str, "destructive": bool, "idempotent": bool, "outputSchema": dict,
+             "confirm": bool}
     return {k: meta[k] for k in HINTS if isinstance(meta.get(k), kinds[k])}
