@@ -76,7 +76,7 @@ class Tasks:
 
     def install(self, server: Any) -> None:
         server.extensions[EXTENSION] = {}
-        for method, handler in (("tasks/get", self.get), ("tasks/cancel", self.cancel),
+        for method, handler in (("tasks/get", self.poll), ("tasks/cancel", self.cancel),
                                 ("tasks/update", self.update)):
             server.add_request_handler(method, TaskParams, handler)
 
@@ -133,7 +133,7 @@ class Tasks:
                 await asyncio.shield(self.face.release(seat))
 
     # -- tasks/* --
-    async def get(self, ctx: Any, params: TaskParams) -> dict[str, Any]:
+    async def poll(self, ctx: Any, params: TaskParams) -> dict[str, Any]:
         rec = self._find(ctx, params.task_id)
         out = wire(rec)
         if rec["status"] == "working":
@@ -167,7 +167,7 @@ class Tasks:
         owner = self.owner(ctx)
         held = self.runs.get(task_id)
         rec = held[0] if held is not None and held[0]["owner"] == owner else \
-            self.store.get(task_id, owner)
+            self.store.find(task_id, owner)
         if rec is None:
             raise MCPError(types.INVALID_PARAMS, "Failed to retrieve task: task not found "
                            "(never made, made by another principal, or expired)")

@@ -123,7 +123,7 @@ class Store:
             os.fsync(f.fileno())
         os.replace(tmp, path)
 
-    def get(self, task_id: str, owner: str) -> dict[str, Any] | None:
+    def find(self, task_id: str, owner: str) -> dict[str, Any] | None:
         """The record of `task_id` if `owner` made it and it has not expired, else None."""
         if not isinstance(task_id, str) or not task_id or "/" in task_id \
                 or task_id.startswith("."):
