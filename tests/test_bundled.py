@@ -67,3 +67,22 @@ def test_every_data_file_is_package_data() -> None:
                        for g in globs):
                 left_out.append(rel)
     assert left_out == [], f"not in the wheel (setup.cfg [options.package_data]): {left_out}"
+
+
+def test_a_checkout_finds_its_proto_past_a_stale_toolsrv_proto(tmp_path) -> None:
+    """A checkout on sys.path finds the codec in proto/ beside toolsrv/; a toolsrv/proto/
+    that a pull from before the move left behind (its __pycache__ alone) is not taken for
+    it (a user's `make test` after `git pull` failed: cannot import name 'DMDIR')."""
+    import shutil
+    import subprocess
+    import sys
+    top = tmp_path / "checkout"
+    (top / "toolsrv" / "proto" / "__pycache__").mkdir(parents=True)
+    shutil.copy(os.path.join(CHECKOUT, "toolsrv", "__init__.py"), top / "toolsrv")
+    (top / "proto").mkdir()
+    (top / "proto" / "__init__.py").write_text("DMDIR = 1 << 31\n")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import toolsrv.proto as p; "
+            "print(p.__file__, p.DMDIR)")
+    got = subprocess.run([sys.executable, "-I", "-c", code, str(top)],
+                         capture_output=True, text=True, timeout=60)
+    assert got.stdout.split() == [str(top / "proto" / "__init__.py"), str(1 << 31)], got

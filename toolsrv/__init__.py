@@ -45,7 +45,9 @@ __version__ = "0.1.0"
 # (Run as a plain module, as tests/test_error_words.py imports each file, it has no
 # __path__ and nothing to do.)
 _path = globals().get("__path__")
-if _path and not _os.path.isdir(_os.path.join(_path[0], "proto")) and \
+# A toolsrv/proto/ left by a pull from before the move (its __pycache__ alone) is no
+# package: only its __init__.py says the codec is there.
+if _path and not _os.path.isfile(_os.path.join(_path[0], "proto", "__init__.py")) and \
         _os.path.isfile(_os.path.join(_os.path.dirname(_path[0]), "proto", "__init__.py")):
     _path.append(_os.path.dirname(_path[0]))
 del _os, _path
