@@ -339,3 +339,21 @@ def test_the_record_is_kept_for_its_time_to_live(server, monkeypatch):
     assert handle.ttl_ms == 5000 and done["status"] == "completed"
     assert gone.code == -32602 and "task not found" in gone.message
     assert left == []                               # the expired record is deleted
+
+
+def test_the_records_kept_are_bounded_the_expired_going_first(tmp_path, monkeypatch):
+    """At most MAX_RECORDS records in a state home: past it the expired are swept at once,
+    and a new task is refused naming the bound while none has expired."""
+    from toolsrv.mcp.tasks import store
+    monkeypatch.setattr(store, "MAX_RECORDS", 3)
+    s = store.Store(str(tmp_path))
+    recs = [s.new("alice", "echo") for _ in range(3)]
+    with pytest.raises(store.TooMany, match=r"too many tasks kept \(3 in .*\): wait for"):
+        s.new("alice", "echo")
+    s.end(recs[0], "completed", result={})
+    recs[0]["ttlMs"] = 1
+    recs[0]["createdAt"] = "2000-01-01T00:00:00Z"
+    s.save(recs[0])
+    assert s.new("bob", "echo")["owner"] == "bob"         # the expired one made room
+    assert s.find(recs[0]["taskId"], "alice") is None
+    assert len(list((tmp_path / "mcp-tasks").glob("*.json"))) == 3

@@ -49,7 +49,7 @@ from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp.shared.exceptions import MCPError
 
-from .store import TERMINAL, Store, wire
+from .store import TERMINAL, Store, TooMany, wire
 
 log = logging.getLogger("toolsrv.mcp")
 
@@ -97,7 +97,10 @@ class Tasks:
         """Run `work` (the call the request would have run) as a task; its handle (a
         CreateTaskResult, a dict: the SDK passes a claimed `resultType` through).  `own`:
         the seat is the request's own, to release when the call ends."""
-        rec = self.store.new(self.owner(ctx), name)
+        try:
+            rec = self.store.new(self.owner(ctx), name)
+        except TooMany as e:
+            raise MCPError(types.INTERNAL_ERROR, str(e)) from None
         run = asyncio.ensure_future(self._run(rec, seat, own, work, ctx.protocol_version))
         self.runs[rec["taskId"]] = (rec, run, seat, name, args)
         return {"resultType": "task", **wire(rec)}

@@ -22,7 +22,9 @@ written whole and renamed into place at creation (before the client gets the han
 the spec's "durably created") and at the end, so a face that restarts finds every
 finished task's result.  A record still `working` whose process is gone (the face
 stopped or was killed while the call ran: its 9P connection hung up, so toolsrv killed
-the run) reads `cancelled`, saying so.
+the run) reads `cancelled`, saying so.  At most MAX_RECORDS are kept (a result is at
+most the server's output cap): past it the expired go first, and a new task is refused
+naming the bound, so no client's tasks fill the disk.
 
 This is a second store for one thing only, a finished call's result: the tree keeps a
 call's `out`, `err` and `status` only until the agent's next call of that tool, and none
@@ -42,6 +44,7 @@ MAX_TTL_MS = 7 * 86_400_000     # TOOLSRV_MCP_TASK_TTL may ask for a week at mos
 POLL_MS = 1000                  # the pollIntervalMs a task suggests
 SWEEP_EVERY = 60.0              # seconds between sweeps of expired records
 TERMINAL = ("completed", "failed", "cancelled")
+MAX_RECORDS = 1024              # records kept in one state home: the disk tasks may hold
 WIRE = ("taskId", "status", "statusMessage", "createdAt", "lastUpdatedAt", "ttlMs",
         "pollIntervalMs", "result", "error")
 
@@ -84,6 +87,10 @@ def wire(rec: dict[str, Any]) -> dict[str, Any]:
     return {k: rec[k] for k in WIRE if k in rec}
 
 
+class TooMany(Exception):
+    """MAX_RECORDS are kept and none has expired: str(e) says what to do."""
+
+
 class Store:
     """The records of one state home (module comment)."""
 
@@ -97,6 +104,13 @@ class Store:
         """A new working task of `owner`, a call of `tool`, written before it is given
         (the call's path in the tree is added when its seat is known)."""
         self.sweep()
+        if self._count() >= MAX_RECORDS:
+            self._swept = 0.0               # full: expired records go first, now
+            self.sweep()
+            if self._count() >= MAX_RECORDS:
+                raise TooMany(f"too many tasks kept ({MAX_RECORDS} in {self.dir}): wait for "
+                              "some to expire (an hour from their start, or "
+                              "TOOLSRV_MCP_TASK_TTL), or call without the tasks extension")
         at = now_iso()
         rec = {"taskId": str(uuid.uuid4()), "status": "working", "createdAt": at,
                "lastUpdatedAt": at, "ttlMs": ttl_ms(), "pollIntervalMs": POLL_MS,
@@ -169,6 +183,12 @@ class Store:
     def _alive(rec: dict[str, Any]) -> bool:
         pid = rec.get("pid")
         return isinstance(pid, int) and started(pid) == rec.get("boot")
+
+    def _count(self) -> int:
+        try:
+            return sum(1 for n in os.listdir(self.dir) if n.endswith(".json"))
+        except OSError:
+            return 0
 
     def _path(self, task_id: str) -> str:
         return os.path.join(self.dir, f"{task_id}.json")
