@@ -28,6 +28,7 @@ import threading
 import pytest
 
 from apphelpers import AppThread, add_tool, tools_dir
+from bare9p import BARE_9P
 from toolsrv.cli.client import Client, ClientError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -222,21 +223,7 @@ def test_only_a_broker_is_named_and_only_by_the_operator(app):
 
 
 NOBODY = 65534
-AS_NOBODY = r"""
-import socket, struct, sys
-# a bare 9P2000 client (the system's python, which uid 65534 may run: not the venv's)
-sock = socket.socket(socket.AF_UNIX); sock.settimeout(30); sock.connect(sys.argv[1])
-def s(x): b = x.encode(); return struct.pack("<H", len(b)) + b
-def rpc(t, body):
-    sock.sendall(struct.pack("<IBH", 7 + len(body), t, 1) + body)
-    data = b""
-    while len(data) < 4 or len(data) < struct.unpack_from("<I", data)[0]:
-        data += sock.recv(65536)
-    if data[4] == 107:
-        raise RuntimeError(data[9:9 + struct.unpack_from("<H", data, 7)[0]].decode())
-    return data[7:]
-rpc(100, struct.pack("<I", 65536) + s("9P2000"))
-rpc(104, struct.pack("<II", 1, 0xFFFFFFFF) + s("nobody") + s(""))
+AS_NOBODY = BARE_9P + r"""
 rpc(110, struct.pack("<IIH", 1, 2, 1) + s("consent"))
 try:
     rpc(112, struct.pack("<IB", 2, 1))

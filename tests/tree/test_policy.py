@@ -22,6 +22,7 @@ from toolsrv.cli.client import Client, ClientError
 from toolsrv.errors import errno_for
 
 from apphelpers import AppThread, add_tool, tools_dir
+from bare9p import BARE_9P
 from outside import OUTSIDE
 from serverhelpers import wait_for
 
@@ -307,21 +308,7 @@ def test_confirm_asks_the_broker_and_says_how_when_there_is_none(served, tmp_pat
             broker.wait(10)
 
 
-AS_NOBODY = r"""
-import json, socket, struct, sys
-# a bare 9P2000 client (the system's python, which uid 65534 may run: not the venv's)
-sock = socket.socket(socket.AF_UNIX); sock.settimeout(30); sock.connect(sys.argv[1])
-def s(x): b = x.encode(); return struct.pack("<H", len(b)) + b
-def rpc(t, body):
-    sock.sendall(struct.pack("<IBH", 7 + len(body), t, 1) + body)
-    data = b""
-    while len(data) < 4 or len(data) < struct.unpack_from("<I", data)[0]:
-        data += sock.recv(65536)
-    if data[4] == 107:
-        raise RuntimeError(data[9:9 + struct.unpack_from("<H", data, 7)[0]].decode())
-    return data[7:]
-rpc(100, struct.pack("<I", 65536) + s("9P2000"))
-rpc(104, struct.pack("<II", 1, 0xFFFFFFFF) + s("nobody") + s(""))
+AS_NOBODY = BARE_9P + r"""
 def walk(path):
     names = [n for n in path.split("/") if n]
     rpc(110, struct.pack("<IIH", 1, 2, len(names)) + b"".join(s(n) for n in names))
