@@ -37,6 +37,14 @@ def add_tool(d: str, name: str, script: str | None = None, meta: dict | None = N
         os.chmod(p, 0o755)
 
 
+def agent(c: Any, s: str, tools: str, a: str = "a") -> str:
+    """Session s with agent a made through the Client c, `tools` loaded: the agent's path."""
+    c.mkdir(f"session/{s}")
+    c.mkdir(f"session/{s}/agent/{a}")
+    c.rdwr(f"session/{s}/agent/{a}/ctl", f"tool_load {tools}".encode())
+    return f"session/{s}/agent/{a}"
+
+
 def no_landlock() -> str | None:
     """Why tools cannot run sandboxed here, or None (the same test as tests/run/'s)."""
     from toolsrv.run.sandbox import landlock_status

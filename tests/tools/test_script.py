@@ -18,7 +18,7 @@ import threading
 
 import pytest
 
-from apphelpers import AppThread, add_tool, tools_dir
+from apphelpers import AppThread, add_tool, agent, tools_dir
 from serverhelpers import wait_for
 from toolsrv.cli.client import Client, ClientError
 
@@ -46,13 +46,6 @@ def app():
     yield a
     a.cleanup()
     shutil.rmtree(d, ignore_errors=True)
-
-
-def agent(c: Client, s: str, tools: str) -> str:
-    c.mkdir(f"session/{s}")
-    c.mkdir(f"session/{s}/agent/a")
-    c.rdwr(f"session/{s}/agent/a/ctl", f"tool_load {tools}".encode())
-    return f"session/{s}/agent/a"
 
 
 def script(c: Client, a: str, code: str) -> str:

@@ -15,7 +15,7 @@ import shutil
 
 import pytest
 
-from apphelpers import AppThread, add_tool, tools_dir
+from apphelpers import AppThread, add_tool, agent, tools_dir
 from toolsrv.cli.client import Client
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -44,13 +44,6 @@ def app():
     yield a
     a.cleanup()
     shutil.rmtree(d, ignore_errors=True)
-
-
-def agent(c: Client, s: str, tools: str) -> str:
-    c.mkdir(f"session/{s}")
-    c.mkdir(f"session/{s}/agent/a")
-    c.rdwr(f"session/{s}/agent/a/ctl", f"tool_load {tools}".encode())
-    return f"session/{s}/agent/a"
 
 
 def test_a_shell_program_calls_its_agents_tools(app):
