@@ -14,8 +14,13 @@ STAMP := $(VENV)/.installed-stamp
 # proto/ to toolsrv/proto/ (setup.cfg, package_dir); the package data is found in the
 # checkout itself (toolsrv/dirs/bundled.py), so a tool added to data/tools/ needs no new tree.
 EDITABLE := --config-settings editable_mode=strict
+# The extras `make` installs; `make test EXTRAS=test,mcp,lsp,otel` runs the suite without
+# the search extra (search is then lexical, and the tests that need the model skip).  A
+# venv made with other extras is rebuilt: the stamp records them.
+EXTRAS ?= test,mcp,search,lsp,otel
 MODULES := $(sort $(shell find toolsrv proto -name '*.py'))
 MODLIST := build/.modules
+EXTRAS_FILE := build/.extras
 
 .PHONY: run test typecheck test-slow deploy-check image bench clean man FORCE
 .DEFAULT_GOAL := $(STAMP)
@@ -24,16 +29,21 @@ $(MODLIST): FORCE
 	@mkdir -p build
 	@echo '$(MODULES)' | cmp -s - $@ || echo '$(MODULES)' > $@
 
+$(EXTRAS_FILE): FORCE
+	@mkdir -p build
+	@echo '$(EXTRAS)' | cmp -s - $@ || echo '$(EXTRAS)' > $@
+
 # the man pages, package data: made from their Markdown (doc/mdroff.py) before each install
 MAN := toolsrv/man/toolsrv.1 toolsrv/man/toolsrv.4
 man: $(MAN)
 toolsrv/man/toolsrv.%: doc/toolsrv.%.md doc/mdroff.py
 	$(PY) doc/mdroff.py $< > $@.tmp && mv $@.tmp $@
 
-$(STAMP): setup.cfg pyproject.toml $(MODLIST) $(MAN)
+$(STAMP): setup.cfg pyproject.toml $(MODLIST) $(MAN) $(EXTRAS_FILE)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools
-	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[test,mcp,search,lsp,otel]'
+	$(if $(findstring search,$(EXTRAS)),,$(BIN)/python -m pip uninstall -q -y wordllama)
+	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 run: $(STAMP)
