@@ -164,3 +164,30 @@ def test_the_options_are_checked_and_carried_by_config():
     assert args[3:] == ["--search", "auto", "--search-budget", "9000", "--pin", "a,b"]
     p = run_mcp("--config", "--search")             # as before: always, said as --search
     assert json.loads(p.stdout)["mcpServers"]["toolsrv"]["args"][3:] == ["--search"]
+
+
+def test_the_listing_is_decided_off_the_event_loop():
+    """A listing reads every tool (the catalog's summary: 0.2 s at 10,000), so the face
+    decides it in the mode's worker thread: here the decision waits for the loop to run
+    a callback, which it could not if the decision held the loop."""
+    import asyncio
+    import threading
+
+    from toolsrv.mcp.search.mode import AUTO, Mode
+    from toolsrv.mcp.tools import Tool
+
+    tools = {f"t{i}": Tool(f"t{i}", "x" * 100, {"type": "object"}, True, "")
+             for i in range(20)}
+    ran, threads = threading.Event(), set()
+
+    def may(name: str) -> bool:
+        threads.add(threading.get_ident())
+        return ran.wait(10 if name == "t0" else 0)  # False had the loop been held
+
+    async def go():
+        mode = Mode(AUTO, budget=500)
+        asyncio.get_running_loop().call_soon(ran.set)
+        return await mode.listed(tools, may), threading.get_ident()
+    listed, loop_thread = asyncio.run(go())
+    assert [t.name for t in listed] == META        # past 500 bytes: the two
+    assert threads and loop_thread not in threads

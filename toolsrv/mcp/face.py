@@ -195,7 +195,7 @@ class Face:
         """What tools/list answers: the registry, or what the search mode lists (it
         decides on the tools of a client that may call what `may` allows)."""
         if self.mode is not None:
-            return self.mode.listing(await self.registry(), may)
+            return await self.mode.listed(await self.registry(), may)
         return list((await self.registry()).values())
 
     # -- seats --

@@ -16,12 +16,18 @@ name (face.py); over 9P nothing changes (`tools/search` is the server's).
 
 Definitions are measured once per reading of the registry (face.py keeps one dict per
 revision), and only until their sum passes the budget; the search tool is made once per
-catalog.  So a tools/list of 10,000 tools encodes a hundred or so, not 10,000.
+catalog.  So a tools/list of 10,000 tools encodes a hundred or so, not 10,000.  The
+catalog's summary still reads every tool (0.2 s at 10,000, once per registry read), and
+the registry's size is not the client's to set but may be another host's (an imported
+one): the face calls `listing` through `listed`, in a worker thread of the mode's own,
+one listing at a time, never on its event loop.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from .catalog import summary
@@ -50,6 +56,15 @@ class Mode:
         self._described: dict[tuple[str, ...], Tool] = {}    # a catalog -> search_tools
         self._searching: bool | None = None     # the last decision, said when it changes
         self._said: set[str] = set()            # pins said to name no tool
+        self._worker: ThreadPoolExecutor | None = None
+
+    async def listed(self, tools: dict[str, Tool],
+                     may: Callable[[str], bool] | None = None) -> list[Tool]:
+        """`listing`, in the mode's worker thread (module comment)."""
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="toolsrv-mcp-search")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._worker, self.listing, tools, may)
 
     def instructions(self) -> str:
         """What the server's instructions add."""
