@@ -357,3 +357,37 @@ def test_the_records_kept_are_bounded_the_expired_going_first(tmp_path, monkeypa
     assert s.new("bob", "echo")["owner"] == "bob"         # the expired one made room
     assert s.find(recs[0]["taskId"], "alice") is None
     assert len(list((tmp_path / "mcp-tasks").glob("*.json"))) == 3
+
+
+def test_the_records_are_written_off_the_event_loop(tmp_path):
+    """The store's disk work (a sweep reads up to MAX_RECORDS results; every record is
+    fsynced) runs in the tasks' worker thread: here the write waits for the loop to run
+    a callback, which it could not if the write held the loop; the record on disk is
+    the ended one, whole."""
+    import asyncio
+    import threading
+
+    from toolsrv.mcp.tasks.serve import Tasks
+    from toolsrv.mcp.tasks.store import Store
+
+    ran, threads = threading.Event(), []
+
+    class Slow(Store):
+        def save(self, rec):
+            threads.append(threading.get_ident())
+            assert ran.wait(10), "the loop was held while the record was written"
+            super().save(rec)
+
+    async def go():
+        t = Tasks(face=None, shape=None, home=str(tmp_path), principal_key="k")
+        t.store = Slow(str(tmp_path))
+        asyncio.get_running_loop().call_soon(ran.set)
+        rec = await t._io(t.store.new, "alice", "echo")
+        ran.clear()
+        asyncio.get_running_loop().call_soon(ran.set)
+        await t._end(rec, "completed", None, result={"content": []})
+        return rec, threading.get_ident(), await t._io(t.store.find, rec["taskId"], "alice")
+    rec, loop_thread, found = asyncio.run(go())
+    assert len(threads) == 2 and loop_thread not in threads
+    assert found["status"] == "completed" and found["result"] == {"content": []}
+    assert rec["status"] == "completed"

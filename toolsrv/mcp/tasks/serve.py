@@ -42,19 +42,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Awaitable, Callable, TypeVar
 
 import mcp_types as types
 from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp.shared.exceptions import MCPError
 
-from .store import TERMINAL, Store, TooMany, wire
+from .store import TERMINAL, Store, TooMany, mark, wire
 
 log = logging.getLogger("toolsrv.mcp")
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 MISSING_CAPABILITY = -32021     # the spec's Missing Required Client Capability
+T = TypeVar("T")
 
 
 class TaskParams(types.RequestParams):
@@ -73,6 +75,19 @@ class Tasks:
         self.store = Store(home)
         self.principal_key = principal_key
         self.runs: dict[str, tuple[dict[str, Any], asyncio.Task[None], Any, str, Any]] = {}
+        # the store's disk work (reads, sweeps, fsyncs): off the loop, one at a time
+        self._disk = ThreadPoolExecutor(1, thread_name_prefix="toolsrv-mcp-tasks")
+
+    async def _io(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)`, a Store method, in the store's worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._disk, fn, *args)
+
+    async def _end(self, rec: dict[str, Any], status: str, message: str | None = None,
+                   **payload: Any) -> None:
+        """The task ended: marked on the loop, written by the worker (a copy: the loop
+        may read `rec` while it is written)."""
+        mark(rec, status, message, **payload)
+        await self._io(self.store.save, dict(rec))
 
     def install(self, server: Any) -> None:
         server.extensions[EXTENSION] = {}
@@ -98,7 +113,7 @@ class Tasks:
         CreateTaskResult, a dict: the SDK passes a claimed `resultType` through).  `own`:
         the seat is the request's own, to release when the call ends."""
         try:
-            rec = self.store.new(self.owner(ctx), name)
+            rec = await self._io(self.store.new, self.owner(ctx), name)
         except TooMany as e:
             raise MCPError(types.INTERNAL_ERROR, str(e)) from None
         run = asyncio.ensure_future(self._run(rec, seat, own, work, ctx.protocol_version))
@@ -113,44 +128,44 @@ class Tasks:
                 "tools/call", version, self.shape(res).model_dump(
                     by_alias=True, mode="json", exclude_none=True))
             if result.get("isError") and _text(result).startswith("cancelled"):
-                self.store.end(rec, "cancelled", _text(result).splitlines()[0])
+                await self._end(rec, "cancelled", _text(result).splitlines()[0])
             else:
-                self.store.end(rec, "completed", None, result=result)
+                await self._end(rec, "completed", None, result=result)
         except asyncio.CancelledError:
             if rec["status"] not in TERMINAL:
-                self.store.end(rec, "cancelled", "cancelled by tasks/cancel: the run was "
+                await self._end(rec, "cancelled", "cancelled by tasks/cancel: the run was "
                                "killed")
         except MCPError as e:
-            self.store.end(rec, "failed", e.message, error=e.error.model_dump(
+            await self._end(rec, "failed", e.message, error=e.error.model_dump(
                 mode="json", exclude_none=True))
         except Exception as e:          # Unknown (a tool gone from the registry), a bug
             code = types.INVALID_PARAMS if type(e).__name__ == "Unknown" else \
                 types.INTERNAL_ERROR
-            self.store.end(rec, "failed", str(e), error={"code": code, "message": str(e)})
+            await self._end(rec, "failed", str(e), error={"code": code, "message": str(e)})
         finally:
             self.runs.pop(rec["taskId"], None)
             if rec.get("call") is None and seat.session and seat.agent:
                 rec["call"] = f"{seat.base}/tools/{rec['tool']}/call"   # for the record
-                self.store.save(rec)
+                await self._io(self.store.save, dict(rec))
             if own:
                 await asyncio.shield(self.face.release(seat))
 
     # -- tasks/* --
     async def poll(self, ctx: Any, params: TaskParams) -> dict[str, Any]:
-        rec = self._find(ctx, params.task_id)
+        rec = await self._find(ctx, params.task_id)
         out = wire(rec)
         if rec["status"] == "working":
             out["statusMessage"] = await self._running(rec)
         return out
 
     async def cancel(self, ctx: Any, params: TaskParams) -> dict[str, Any]:
-        rec = self._find(ctx, params.task_id)
+        rec = await self._find(ctx, params.task_id)
         held = self.runs.get(rec["taskId"])
         if held is not None:
             held[1].cancel()
             await asyncio.wait({held[1]})       # the read flushed: the run is killed
             if rec["status"] not in TERMINAL:   # cancelled before it began
-                self.store.end(rec, "cancelled", "cancelled by tasks/cancel")
+                await self._end(rec, "cancelled", "cancelled by tasks/cancel")
             self.runs.pop(rec["taskId"], None)
         elif rec["status"] == "working":
             raise MCPError(types.INVALID_PARAMS, f"task {rec['taskId']} is run by another "
@@ -158,10 +173,10 @@ class Tasks:
         return {}
 
     async def update(self, ctx: Any, params: TaskParams) -> dict[str, Any]:
-        self._find(ctx, params.task_id)
+        await self._find(ctx, params.task_id)
         return {}
 
-    def _find(self, ctx: Any, task_id: str) -> dict[str, Any]:
+    async def _find(self, ctx: Any, task_id: str) -> dict[str, Any]:
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             raise MCPError(types.METHOD_NOT_FOUND, "Method not found", ctx.method)
         if not _declares(ctx):
@@ -170,7 +185,7 @@ class Tasks:
         owner = self.owner(ctx)
         held = self.runs.get(task_id)
         rec = held[0] if held is not None and held[0]["owner"] == owner else \
-            self.store.find(task_id, owner)
+            await self._io(self.store.find, task_id, owner)
         if rec is None:
             raise MCPError(types.INVALID_PARAMS, "Failed to retrieve task: task not found "
                            "(never made, made by another principal, or expired)")

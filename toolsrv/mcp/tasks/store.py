@@ -26,6 +26,10 @@ the run) reads `cancelled`, saying so.  At most MAX_RECORDS are kept (a result i
 most the server's output cap): past it the expired go first, and a new task is refused
 naming the bound, so no client's tasks fill the disk.
 
+Every method here touches the disk (a sweep reads up to MAX_RECORDS files of up to the
+output cap each): serve.py calls them in one worker thread of its own, never on the
+face's event loop, and hands `save` a copy of a record the loop may still read.
+
 This is a second store for one thing only, a finished call's result: the tree keeps a
 call's `out`, `err` and `status` only until the agent's next call of that tool, and none
 of them across a restart of the server (toolsrv(4), State).
@@ -87,6 +91,14 @@ def wire(rec: dict[str, Any]) -> dict[str, Any]:
     return {k: rec[k] for k in WIRE if k in rec}
 
 
+def mark(rec: dict[str, Any], status: str, message: str | None = None,
+         **payload: Any) -> None:
+    """Mark `rec` ended (`status`, TERMINAL), in memory: Store.save writes it."""
+    rec.update(status=status, lastUpdatedAt=now_iso(), **payload)
+    if message:
+        rec["statusMessage"] = message
+
+
 class TooMany(Exception):
     """MAX_RECORDS are kept and none has expired: str(e) says what to do."""
 
@@ -121,9 +133,7 @@ class Store:
     def end(self, rec: dict[str, Any], status: str, message: str | None = None,
             **payload: Any) -> None:
         """The task ended: `status` (TERMINAL), with its `result` or `error`."""
-        rec.update(status=status, lastUpdatedAt=now_iso(), **payload)
-        if message:
-            rec["statusMessage"] = message
+        mark(rec, status, message, **payload)
         self.save(rec)
 
     def save(self, rec: dict[str, Any]) -> None:
