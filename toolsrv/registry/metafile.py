@@ -41,7 +41,7 @@ from .metaerror import MetaError, json_kind
 from .names import check_secrets
 from .residentmeta import LSP_OPS, check_resident  # noqa: F401  (LSP_OPS: said here too)
 from .schemacost import cost_refusal
-from .schemaref import REASON, outside_refs, ref_loop
+from .schemaref import REASON, all_refs, outside_refs, ref_loop
 
 MAX_META_BYTES = 1 << 20
 # The prose fields a person or a model reads (and search indexes): past this, a .meta is
@@ -402,9 +402,14 @@ _verdicts: dict[str, str | None] = {}
 def check_refs(schema: dict[str, Any], where: str = "args") -> None:
     """Raise MetaError naming the first `$ref` that would not resolve inside the schema
     (toolsrv never fetches one: schemaref.py), or a loop of refs."""
-    outside = outside_refs(schema)
+    refs = all_refs(schema)
+    if not refs:
+        return                  # most schemas: one walk, and nothing to resolve
+    outside = outside_refs(schema, refs)
     if outside:
         raise MetaError(f"{where}: $ref to {outside[0]} {REASON}")
+    if not any(ref.startswith("#") for _, ref in refs):
+        return                  # ref_loop follows only pointers into the document
     loop = ref_loop(schema)
     if loop:
         raise MetaError(f"{where}: $refs loop without end: {' -> '.join(loop)} (validation "

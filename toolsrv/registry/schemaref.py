@@ -319,12 +319,18 @@ def unresolved(err: BaseException) -> str | None:
     return f"$ref to {ref} {REASON}"
 
 
-def outside_refs(schema: Any) -> list[str]:
+def all_refs(schema: Any) -> list[tuple[str, str]]:
+    """(base URI, value) of every `$ref`/`$dynamicRef` in `schema`, in document order."""
+    return list(_refs(schema, "")) if isinstance(schema, dict) else []
+
+
+def outside_refs(schema: Any, refs: list[tuple[str, str]] | None = None) -> list[str]:
     """Every `$ref`/`$dynamicRef` value in `schema` that resolves neither inside it nor to a
-    bundled meta-schema, in document order; [] when all of them do."""
+    bundled meta-schema, in document order; [] when all of them do.  `refs`: all_refs's
+    answer, when the caller has it."""
     if not isinstance(schema, dict):
         return []
-    refs = list(_refs(schema, ""))
+    refs = all_refs(schema) if refs is None else refs
     if not refs:
         return []
     ids = {base for base, _ in _ids(schema, "")}
