@@ -40,7 +40,7 @@ from ..record import Frozen, Record, setfield
 from .metaerror import MetaError, json_kind
 from .names import check_secrets
 from .residentmeta import LSP_OPS, check_resident  # noqa: F401  (LSP_OPS: said here too)
-from .schemacost import cost_refusal
+from .schemacost import cost_and_refs
 from .schemaref import REASON, all_refs, outside_refs, ref_loop
 
 MAX_META_BYTES = 1 << 20
@@ -183,9 +183,10 @@ def check_args(v: Any, where: str = "args") -> dict[str, Any]:
     A remote host's tools get the same (hosts/remote.py)."""
     if not isinstance(v, dict):
         raise MetaError(f"{where}: must be an object (a JSON Schema), not {json_kind(v)}")
-    _check_cost(v, where)
+    has_refs = _check_cost(v, where)
     check_schema(v, where)
-    check_refs(v, where)
+    if has_refs:                # the cost's walk saw a ref key (most schemas have none)
+        check_refs(v, where)
     t = v.get("type", "object")
     if t != "object" and not (isinstance(t, list) and "object" in t):
         raise MetaError(f'{where}.type: must be "object" (a tool reads one JSON object '
@@ -416,12 +417,14 @@ def check_refs(schema: dict[str, Any], where: str = "args") -> None:
                         "would never finish; break the loop)")
 
 
-def _check_cost(schema: dict[str, Any], where: str) -> None:
+def _check_cost(schema: dict[str, Any], where: str) -> bool:
     """Raise MetaError when the schema costs past schemacost's bounds: checked before
-    anything else walks it (jsonschema's check_schema costs far more per node)."""
-    cost = cost_refusal(schema)
+    anything else walks it (jsonschema's check_schema costs far more per node).  Whether
+    any of its objects has a ref key."""
+    cost, has_refs = cost_and_refs(schema)
     if cost:
         raise MetaError(f"{where}: {cost}")
+    return has_refs
 
 
 def draft_key(uri: str) -> str:

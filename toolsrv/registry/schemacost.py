@@ -35,19 +35,25 @@ _REFS = ("$ref", "$dynamicRef", "$recursiveRef")
 def cost_refusal(schema: Any) -> str | None:
     """Why `schema` costs too much to apply (its node or path count past the bound,
     named), or None."""
+    return cost_and_refs(schema)[0]
+
+
+def cost_and_refs(schema: Any) -> tuple[str | None, bool]:
+    """cost_refusal's answer, and whether any object in `schema` has a ref key (the
+    same walk: a schema without one needs no ref checks, metafile.check_args)."""
     nodes, has_refs = _nodes(schema)
     if nodes > NODES_MAX:
         return (f"{nodes:,} JSON values, past the bound of {NODES_MAX:,} for a schema "
-                "(make it smaller)")
+                "(make it smaller)"), has_refs
     if not has_refs and nodes <= PATHS_MAX:
-        return None                     # without refs a path is a node of its own
+        return None, False              # without refs a path is a node of its own
     paths = _paths(schema, has_refs)
     if paths > PATHS_MAX:
         said = f"{paths:,}" if paths <= _SHOWN_MAX else f"over {_SHOWN_MAX:,}"
         return (f"its $refs expand to {said} subschemas, past the bound of {PATHS_MAX:,} "
                 "(a call's args could meet every one of them: refer to a shared "
-                "definition fewer times over, or flatten it)")
-    return None
+                "definition fewer times over, or flatten it)"), has_refs
+    return None, has_refs
 
 
 def _nodes(schema: Any) -> tuple[int, bool]:
