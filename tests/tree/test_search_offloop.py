@@ -53,6 +53,13 @@ class Held:
         return self.real(moved)
 
 
+def top(answer: bytes) -> bytes:
+    """The first tool a search ranks (past the line a search without the extra starts
+    with, doc/search.md)."""
+    ranked = [x for x in answer.splitlines() if not x.startswith(b"#")]
+    return ranked[0].split(b"\t")[0] if ranked else b""
+
+
 def search_in_thread(addr: str, need: bytes) -> tuple[threading.Thread, list]:
     out: list = []
 
@@ -88,13 +95,13 @@ def test_another_clients_read_is_served_while_the_first_search_indexes(srv):
     finally:
         held.release.set()
     th.join(DEADLINE)
-    assert out and out[0].split(b"\t")[0] == b"pdf_split"
+    assert out and top(out[0]) == b"pdf_split"
     assert all(t is not srv.thread for t in held.threads)   # never the loop's thread
 
 
 def test_a_change_is_indexed_off_the_loop_too(srv):
     with Client.connect(srv.addr) as c:
-        assert c.rdwr("tools/search", b"time zone").split(b"\t")[0] == b"tz_now"
+        assert top(c.rdwr("tools/search", b"time zone")) == b"tz_now"
         held = Held(srv.app.searcher.index)
         rev = int(c.read("revision"))
         add_tool(srv.tools, "qr_decode", None, {"cmd": "cat", "description": "Decode QR codes.",
@@ -107,7 +114,7 @@ def test_a_change_is_indexed_off_the_loop_too(srv):
     finally:
         held.release.set()
     th.join(DEADLINE)
-    assert out and out[0].split(b"\t")[0] == b"qr_decode"
+    assert out and top(out[0]) == b"qr_decode"
     assert all(t is not srv.thread for t in held.threads)
 
 
@@ -127,7 +134,7 @@ def test_a_flushed_search_still_indexes_what_moved(srv):
     held.release.set()
     th.join(DEADLINE)
     with Client.connect(srv.addr) as c2:
-        assert c2.rdwr("tools/search", b"decode qr codes").split(b"\t")[0] == b"qr_decode"
+        assert top(c2.rdwr("tools/search", b"decode qr codes")) == b"qr_decode"
 
 
 def _ignore(fn, *args) -> None:
@@ -174,7 +181,7 @@ def test_ten_huge_descriptions_from_the_reproducer_are_all_refused():
     try:
         with Client.connect(app.addr) as c:
             errors = c.read("tools/errors").decode()
-            assert c.rdwr("tools/search", b"small tool").split(b"\t")[0] == b"small"
+            assert top(c.rdwr("tools/search", b"small tool")) == b"small"
     finally:
         app.cleanup()
     assert sum("description: too long" in ln for ln in errors.splitlines()) == 10
