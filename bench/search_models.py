@@ -33,7 +33,8 @@ weights are not where its variable says, is skipped with the reason:
   model2vec:DIR    a model2vec static model (model2vec's StaticModel) from a local folder;
                    $TOOLSRV_BENCH_MODEL2VEC lists them (comma-separated): potion-base-8M,
                    potion-retrieval-32M, or one distilled here (`--distill DIR`, from the
-                   torch MiniLM above); model2vec itself would fetch them from the hub.
+                   torch MiniLM above, or trained potion's way by bench/static_model); model2vec
+                   itself would fetch them from the hub.
                    Default: ~/.cache/toolsrv-bench/{potion-base-8M,potion-retrieval-32M}.
   fastembed:NAME   fastembed (onnxruntime) with NAME (default BAAI/bge-small-en-v1.5),
                    which it downloads at first use into $FASTEMBED_CACHE_PATH: listed
