@@ -128,6 +128,36 @@ def test_http_without_the_token_is_refused_and_the_server_serves_on(face):
             return await s.call_tool("echo", {"served": "on"})
     assert anyio.run(go).is_error is False
     assert face.p.poll() is None
+    # the face says a refusal on stderr, naming the peer (its uid on loopback) and why
+    import re
+    assert re.search(r"toolsrv mcp: refused a request from uid \d+: \d{3} ",
+                     face.stderr()), face.stderr()[-2000:]
+
+
+def test_refusals_are_said_at_once_then_a_line_a_minute_with_counts(capsys):
+    """A flood of refused requests costs the face's log a line a minute: the first is said
+    whole (control bytes of a client's header shown as ?), the rest counted into the next
+    line, and what is held is said when the face stops."""
+    from toolsrv.mcp.http import SAY_EVERY, Refusals
+    now = [1000.0]
+    r = Refusals(clock=lambda: now[0])
+    r.note(401, "unauthorized: wrong bearer token", "uid 1001")
+    for _ in range(500):
+        r.note(401, "unauthorized: wrong bearer token", "uid 1001")
+    r.note(403, "forbidden: Origin http://evil\x1b[2J is not this server's own", "uid 7")
+    assert capsys.readouterr().err.splitlines() == [
+        "toolsrv mcp: refused a request from uid 1001: 401 unauthorized: wrong bearer token"]
+    now[0] += SAY_EVERY
+    r.note(403, "forbidden: Origin http://evil\x1b[2J is not this server's own", "uid 7")
+    r.note(421, "misdirected", "uid 7")
+    assert capsys.readouterr().err.splitlines() == [
+        "toolsrv mcp: refused a request from uid 7: 403 forbidden: Origin http://evil?[2J "
+        "is not this server's own; 501 more refused since the last line (401: 500, 403: 1)"]
+    r.flush()
+    assert capsys.readouterr().err.splitlines() == [
+        "toolsrv mcp: 1 more refused since the last line (421: 1)"]
+    r.flush()
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("argv, why", [

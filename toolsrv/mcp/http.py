@@ -25,7 +25,11 @@ against a small budget of its peer's (its uid on loopback), apart from those tha
 and must bring a whole request head within a few seconds; a refused request (401, 403,
 421) ends its connection, so a peer without the token can never hold what the owner
 needs.  A request body is read whole before the SDK sees it, MAX_BODY bytes at most
-(413).  uvicorn's limit_concurrency bounds the requests in flight (503).
+(413).  uvicorn's limit_concurrency bounds the requests in flight (503).  Refusals are
+said on stderr (Refusals): the first at once, with its peer and why, then at most a line
+a minute counting the others, so an operator sees a wrong token or a foreign page at
+work, and a flood of them costs a line a minute.  A refused request never reaches
+toolsrv, so the server's audit trail does not hold it; this log does.
 
 Sessions are bounded: the SDK ends one that has had no request in flight (no open GET
 stream either) for --idle-timeout seconds, and refuses a new one (503) while
@@ -47,7 +51,9 @@ import hmac
 import os
 import socket
 import sys
-from typing import Any
+import time
+from collections import Counter
+from typing import Any, Callable
 
 from .httpconns import (ACCEPT_BATCH, BACKLOG, HELD_MAX, MAX_HEAD, Conns, TooFewFds,
                         guarded, is_loopback, passed_room, rpc_error)
@@ -55,6 +61,7 @@ from .oauth import Refused, Stale
 from .server import PRINCIPAL, Wiring
 
 MAX_BODY = 8 << 20       # bytes of one request's body (a call's args are 1 MiB by default)
+SAY_EVERY = 60.0         # seconds between the face's lines about refused requests
 
 
 class BadListen(ValueError):
@@ -138,6 +145,43 @@ def _hostport(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+class Refusals:
+    """The face's log of refused requests, on stderr (module comment): `note` says the
+    first at once and then at most one line every SAY_EVERY seconds, with the count of
+    those it held back; `flush` says what is held (the face stopping)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.last: float | None = None          # when a line was said
+        self.held: Counter[int] = Counter()     # status -> refusals not said since
+
+    def note(self, status: int, why: str, peer: str) -> None:
+        now = self.clock()
+        if self.last is not None and now - self.last < SAY_EVERY:
+            self.held[status] += 1
+            return
+        self.last = now
+        shown = "".join(c if c.isprintable() else "?" for c in why)[:200]
+        self._say(f"refused a request from {peer}: {status} {shown}", self._more())
+
+    def flush(self) -> None:
+        if self.held:
+            self._say("", self._more())
+
+    def _more(self) -> str:
+        if not self.held:
+            return ""
+        n = sum(self.held.values())
+        each = ", ".join(f"{k}: {v}" for k, v in sorted(self.held.items()))
+        self.held.clear()
+        return f"{n:,} more refused since the last line ({each})"
+
+    @staticmethod
+    def _say(line: str, more: str) -> None:
+        said = "; ".join(x for x in (line, more) if x)
+        print(f"toolsrv mcp: {said}", file=sys.stderr, flush=True)
+
+
 class Gate:
     """ASGI middleware: Origin and Host as the module's comment says, then the token, then
     the connection's count (conns) and the body's size."""
@@ -154,6 +198,7 @@ class Gate:
                          if token else "")
         self.stopping = False
         self.waiting: set[Any] = set()     # the cancel scopes of receives waiting now
+        self.refusals = Refusals()
 
     def stop(self) -> None:
         """The face is stopping: every open request hears that its client went away (an
@@ -163,6 +208,7 @@ class Gate:
         self.stopping = True
         for scope in self.waiting:
             scope.cancel()
+        self.refusals.flush()
 
     def _or_gone(self, receive: Any) -> Any:
         import anyio
@@ -209,9 +255,13 @@ class Gate:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+
+        async def refuse(status: int, why: str, challenge: str = "") -> None:
+            self.refusals.note(status, why, self.peer(scope))
+            return await _refuse(send, status, why, challenge)
         no = self.refusal(scope)
         if no is not None:
-            return await _refuse(send, *no)
+            return await refuse(*no)
         who = None
         if self.oauth is not None:
             if scope.get("path") in self.oauth.paths:     # RFC 9728: no token needed
@@ -219,22 +269,22 @@ class Gate:
             try:
                 who = await self._principal(scope)
             except Refused as e:
-                return await _refuse(send, e.status, e.why, e.challenge)
+                return await refuse(e.status, e.why, e.challenge)
         busy = self.conns.passes(scope.get("client"))
         if busy:
-            return await _refuse(send, 503, busy)
+            return await refuse(503, busy)
         scope = {**scope, PRINCIPAL: self.who(scope)}
         recv = self._or_gone(receive)
         said = dict(scope.get("headers", [])).get(b"content-length", b"0")
         body = await _read_body(recv) if said.isdigit() and int(said) <= MAX_BODY else None
         if body is None:
-            return await _refuse(send, 413, f"request body too large: {MAX_BODY} bytes at "
+            return await refuse(413, f"request body too large: {MAX_BODY} bytes at "
                                  "most")
         if who is not None:
             no_scope = self.oauth.forbidden(who, b"".join(
                 m.get("body", b"") for m in body if m["type"] == "http.request"), self.search)
             if no_scope is not None:
-                return await _refuse(send, 403, no_scope.why, no_scope.challenge)
+                return await refuse(403, no_scope.why, no_scope.challenge)
             scope = {**scope, **_authenticated(who)}
         await self.app(scope, _replay(body, recv), send)
 
@@ -242,10 +292,15 @@ class Gate:
         """Who sent a request that passed, for the audit trail (the tree's record names it
         `on_behalf_of`): the token it showed (by its hash) and the peer the connection
         counts against (httpconns: `uid N` on loopback, else its address)."""
+        peer = self.peer(scope)
+        return f"{self.token_id} from {peer}" if self.token_id else peer
+
+    def peer(self, scope: dict[str, Any]) -> str:
+        """The peer a request's connection counts against (httpconns: `uid N` on
+        loopback, else its address)."""
         client = scope.get("client")
         conn = self.conns.by_client.get((str(client[0]), int(client[1]))) if client else None
-        peer = conn.peer if conn is not None else "unknown peer"
-        return f"{self.token_id} from {peer}" if self.token_id else peer
+        return conn.peer if conn is not None else "unknown peer"
 
     async def _principal(self, scope: dict[str, Any]) -> Any:
         """The request's principal (oauth.py), its keys read again first when due (in a
