@@ -7,8 +7,9 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { ResourceUpdatedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const [url, token, toolsDir] = process.argv.slice(2);
+// (the timer is unref'd: a wait that was met must not keep node alive for its bound)
 const bounded = (p, ms, what) => Promise.race([p, new Promise((_, no) =>
-  setTimeout(() => no(new Error(`no ${what} within ${ms} ms`)), ms))]);
+  setTimeout(() => no(new Error(`no ${what} within ${ms} ms`)), ms).unref())]);
 const out = {};
 let changed;
 const listChanged = new Promise((yes) => { changed = yes; });
