@@ -45,6 +45,12 @@ def agent(c: Any, s: str, tools: str, a: str = "a") -> str:
     return f"session/{s}/agent/{a}"
 
 
+def ranked(answer: bytes) -> list[bytes]:
+    """A tools/search answer's ranked lines: past the `#` line a search without the
+    search extra starts with (doc/search.md, Without the extra)."""
+    return [x for x in answer.splitlines() if not x.startswith(b"#")]
+
+
 def no_landlock() -> str | None:
     """Why tools cannot run sandboxed here, or None (the same test as tests/run/'s)."""
     from toolsrv.run.sandbox import landlock_status

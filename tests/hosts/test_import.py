@@ -12,7 +12,7 @@ import pytest
 
 from toolsrv.cli.client import Client, ClientError
 
-from apphelpers import AppThread, add_tool, tools_dir
+from apphelpers import AppThread, add_tool, ranked, tools_dir
 from serverhelpers import stop_clean
 from hostshelpers import Server, wait_for
 
@@ -72,9 +72,8 @@ def test_remote_tools_are_served_as_the_remote_serves_them(front, remote):
 
 def test_search_finds_remote_tools(front):
     _, c = front
-    got = c.rdwr("tools/search", b"parrot\n").decode()
-    ranked = [x for x in got.splitlines() if not x.startswith("#")]   # lexical only: said
-    assert ranked[0].startswith("build.echo\t"), got
+    got = c.rdwr("tools/search", b"parrot\n")
+    assert ranked(got)[0].startswith(b"build.echo\t"), got
 
 
 def test_a_call_runs_on_the_remote_and_everything_comes_back(front, remote):

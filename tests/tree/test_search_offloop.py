@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from apphelpers import AppThread, add_tool, tools_dir
+from apphelpers import AppThread, add_tool, ranked, tools_dir
 from toolsrv.cli.client import Client
 from toolsrv.registry.metafile import MAX_TEXT_BYTES
 
@@ -54,10 +54,9 @@ class Held:
 
 
 def top(answer: bytes) -> bytes:
-    """The first tool a search ranks (past the line a search without the extra starts
-    with, doc/search.md)."""
-    ranked = [x for x in answer.splitlines() if not x.startswith(b"#")]
-    return ranked[0].split(b"\t")[0] if ranked else b""
+    """The first tool a search ranks."""
+    lines = ranked(answer)
+    return lines[0].split(b"\t")[0] if lines else b""
 
 
 def search_in_thread(addr: str, need: bytes) -> tuple[threading.Thread, list]:
