@@ -5,7 +5,9 @@ Theory of operation.  The `search` extra installs `wordllama`, whose wheel carri
 tokenizer (TOKENIZER).  `load` imports the package only to find its folder and reads both
 files from there, so nothing is ever fetched: the tokenizer with `tokenizers`, the table
 mapped read-only (`np.memmap`, float16 as stored: no copy, its pages shared with the page
-cache), not through `WordLlama.load`, which makes a float32 copy (32 MiB).  `embed` is
+cache), not through `WordLlama.load`, which makes a float32 copy (32 MiB), nor through
+`safetensors`' numpy loader, which reads the table into a copy too (so `mapped_tensor`
+reads the file's header itself: ten lines, the format's whole index).  `embed` is
 wordllama's own embedding, the mean of a text's token rows made unit length: the same
 float32 sums in the same order, so the same bits (a test compares it with wordllama's
 `embed`), with a batch's rows gathered as float16 and the padding skipped (`where`), not
